@@ -1,0 +1,3 @@
+"""cheeto-like: source of truth for HPC accounts and resources."""
+
+__version__ = "0.1.0"

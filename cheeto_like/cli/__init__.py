@@ -1,0 +1,28 @@
+"""The ``cheeto`` command line. ``main`` is the console-script entry point."""
+
+from __future__ import annotations
+
+_LOADED = False
+
+
+def load_commands() -> None:
+    """Import every command module once, which registers its commands on the tree."""
+    global _LOADED
+    if _LOADED:
+        return
+    from . import config, db  # noqa: F401
+    from .ng import group, history, site, slurm, user  # noqa: F401
+
+    _LOADED = True
+
+
+def main(argv: list[str] | None = None, **streams) -> int:  # type: ignore[no-untyped-def]
+    from .app import main as run
+
+    return run(argv, **streams)
+
+
+def console_main() -> None:
+    import sys
+
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Reusable argument bundles, so every command spells the same flag the same way."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+
+from ..errors import InvalidInput
+from ..timeparse import _Clear, parse_when
+
+Parser = argparse.ArgumentParser | argparse._ArgumentGroup
+
+
+def output_format(parser: Parser) -> None:
+    """``--yaml``/``--json``: machine output on stdout (every show and list command)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--yaml", action="store_true", help="print YAML on stdout")
+    group.add_argument("--json", action="store_true", help="print JSON on stdout")
+
+
+def site(parser: Parser, *, required: bool = True, help: str = "site name") -> None:
+    parser.add_argument("--site", "-s", required=required, metavar="SITE", help=help)
+
+
+def user(parser: Parser, *, required: bool = True, help: str = "user name") -> None:
+    parser.add_argument("--user", "-u", required=required, metavar="USER", help=help)
+
+
+def group(parser: Parser, *, required: bool = True, help: str = "group name") -> None:
+    parser.add_argument("--group", "-g", required=required, metavar="GROUP", help=help)
+
+
+def force(parser: Parser, help: str = "do not ask for confirmation") -> None:
+    parser.add_argument("--force", "-f", action="store_true", help=help)
+
+
+def when(text: str | None) -> datetime | _Clear | None:
+    """Parse an optional time flag (ISO 8601, +30d, clear)."""
+    return None if text is None else parse_when(text)
+
+
+def future_or_none(text: str | None, flag: str) -> datetime | None:
+    value = when(text)
+    if isinstance(value, _Clear):
+        raise InvalidInput(f"{flag} cannot be 'clear' here")
+    return value

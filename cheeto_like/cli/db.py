@@ -1,0 +1,85 @@
+"""``cheeto db serve|status|stop``: the embedded store and what the config points at."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..config import EmbeddedStoreConfig
+from ..embedded import EmbeddedServer
+from ..errors import CheetoError, InvalidInput
+from ..store import connect
+from . import args as a
+from .app import command, group_help
+
+group_help("db", help="the store: run the embedded server, check the connection")
+
+
+def _server(args: argparse.Namespace) -> EmbeddedServer:
+    config = args.ctx.config.mongo
+    embedded = config.embedded
+    overrides = {}
+    if getattr(args, "path", None):
+        overrides["path"] = Path(args.path).expanduser()
+    if getattr(args, "port", None):
+        overrides["port"] = args.port
+    if overrides:
+        embedded = EmbeddedStoreConfig(**{**embedded.model_dump(), **overrides})
+    return EmbeddedServer(embedded)
+
+
+@command("db", "serve", help="run the embedded store in the foreground")
+def db_serve(args: argparse.Namespace) -> None:
+    if not args.ctx.config.mongo.is_embedded:
+        raise InvalidInput("the config names a real MongoDB (mongo.uri); nothing to serve")
+    server = _server(args)
+    if server.is_up():
+        raise InvalidInput(f"something already listens on {server.host}:{server.port}")
+    args.ctx.out.info(f"serving the embedded store on {server.host}:{server.port} "
+                      f"(data in {server.data_dir})")
+    server.serve_foreground()
+
+
+@db_serve.args()
+def _(parser: a.Parser) -> None:
+    parser.add_argument("--path", help="data directory (default from config)")
+    parser.add_argument("--port", type=int, help="port (default from config)")
+
+
+@command("db", "stop", help="stop an embedded store started in the background")
+def db_stop(args: argparse.Namespace) -> None:
+    server = _server(args)
+    if server.stop():
+        args.ctx.out.success(f"stopped the embedded store on port {server.port}")
+    else:
+        args.ctx.out.info("no embedded store of ours is running")
+
+
+@command("db", "status", help="say what the config points at and whether it answers")
+async def db_status(args: argparse.Namespace) -> int:
+    ctx = args.ctx
+    mongo = ctx.config.mongo
+    data: dict[str, object] = {"profile": ctx.config.profile, "database": mongo.database}
+    if mongo.is_embedded:
+        server = _server(args)
+        data |= {"store": "embedded", "address": f"{server.host}:{server.port}",
+                 "data_dir": str(server.data_dir), "pid": server.pid()}
+    else:
+        from ..config import mask_uri
+
+        data |= {"store": "mongodb", "uri": mask_uri(mongo.uri or "")}
+    try:
+        store = await connect(mongo, autostart=False, create_indexes=False)
+    except CheetoError as exc:
+        data |= {"answers": False, "error": exc.message}
+    else:
+        info = await store.client.admin.command("buildInfo")
+        data |= {"answers": True, "server_version": info.get("version", "unknown")}
+        await store.close()
+    ctx.out.show(data, title="store")
+    return 0 if data["answers"] else 1
+
+
+@db_status.args()
+def _(parser: a.Parser) -> None:
+    a.output_format(parser)

@@ -1,0 +1,487 @@
+"""``cheeto ng user …``"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ...credentials import generate_password, parse_ssh_key
+from ...errors import InvalidInput, NotFound
+from ...models import SshKey, User
+from ...operations import user as ops
+from ...operations.user_site import AddSiteUser, RemoveSiteUser
+from ...queries.group import user_groups_at_site
+from ...queries.site import get_site
+from ...queries.slurm import user_slurm_at_site
+from ...queries.user import (
+    effective_access,
+    effective_status,
+    find_redundant_site_statuses,
+    find_site_info,
+    find_user,
+    find_users,
+    get_user,
+    list_user_ssh_keys,
+    site_infos_for,
+    user_site_overrides,
+)
+from .. import args as a
+from ..app import command, group_help
+
+group_help("ng", "user", help="users: create, change, show, list")
+group_help("ng", "user", "new", help="create users")
+group_help("ng", "user", "add", help="grant access, keys and sites")
+group_help("ng", "user", "remove", help="revoke access, keys and sites")
+
+
+def _ssh_key_data(key: SshKey) -> dict[str, Any]:
+    try:
+        parsed = parse_ssh_key(key.key)
+        return {"id": key.id, "type": parsed.type, "fingerprint": parsed.fingerprint,
+                "comment": parsed.comment}
+    except InvalidInput:
+        return {"id": key.id, "type": "?", "fingerprint": "(unparseable)", "comment": ""}
+
+
+def user_row(user: User) -> dict[str, Any]:
+    return {"name": user.name, "uid": user.uid, "email": user.email,
+            "fullname": user.fullname, "type": user.type, "status": user.status,
+            "access": user.access}
+
+
+def user_data(user: User) -> dict[str, Any]:
+    data = user_row(user) | {
+        "gid": user.gid, "surname": user.ldap_surname, "shell": user.shell,
+        "home_directory": user.home_directory, "has_password": user.password is not None,
+        "expires_at": user.expires_at, "comments": user.comments,
+        "created_at": user.created_at, "updated_at": user.updated_at,
+    }
+    if user.iam is not None:
+        data["iam"] = user.iam.model_dump()
+    return data
+
+
+def _print_password(args: argparse.Namespace, user: str, password: str) -> None:
+    """A generated password is shown once: on stdout, so scripts can capture it."""
+    args.ctx.out.info(f"generated password for [bold]{user}[/] (shown once, on stdout):")
+    args.ctx.out.write_raw(password + "\n")
+
+
+def _password_from(args: argparse.Namespace) -> str | None:
+    if getattr(args, "password_stdin", False):
+        line = args.ctx.stdin.readline().rstrip("\n")
+        if not line:
+            raise InvalidInput("no password on stdin")
+        return line
+    if getattr(args, "password", False):
+        return generate_password()
+    return None
+
+
+def _password_args(parser: a.Parser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--password", action="store_true",
+                       help="generate a random password and print it once")
+    group.add_argument("--password-stdin", action="store_true",
+                       help="read the password from the first line of stdin")
+
+
+def _key_from(args: argparse.Namespace) -> str | None:
+    if getattr(args, "key_file", None):
+        try:
+            return Path(args.key_file).expanduser().read_text()
+        except OSError as exc:
+            raise InvalidInput(f"cannot read {args.key_file}: {exc.strerror}") from None
+    return getattr(args, "key", None)
+
+
+def _key_args(parser: a.Parser, *, required: bool) -> None:
+    group = parser.add_mutually_exclusive_group(required=required)
+    group.add_argument("--key", "-k", metavar="TEXT", help="the public key line")
+    group.add_argument("--key-file", metavar="PATH", help="read the public key from a file")
+
+
+# -- creation --------------------------------------------------------------------------
+
+
+@command("ng", "user", "new", "generic", help="create a user with an explicit uid", store=True)
+async def user_new_generic(args: argparse.Namespace) -> None:
+    ctx = args.ctx
+    password = _password_from(args)
+    expires = a.future_or_none(args.expires_at, "--expires-at")
+    user, _ = await ops.CreateUser.run(
+        ctx.store, ctx.author, name=args.user, email=args.email, uid=args.uid, gid=args.gid,
+        fullname=args.fullname, surname=args.surname, type=args.type, shell=args.shell,
+        status=args.status, access=args.access or [], home_directory=args.home_directory,
+        password=password, ssh_key=_key_from(args), expires_at=expires)
+    ctx.out.success(f"created user [bold]{user.name}[/] (uid={user.uid}, gid={user.gid})")
+    if password and args.password:
+        _print_password(args, user.name, password)
+
+
+@user_new_generic.args()
+def _(parser: a.Parser) -> None:
+    a.user(parser)
+    parser.add_argument("--email", required=True)
+    parser.add_argument("--fullname", required=True)
+    parser.add_argument("--uid", type=int, required=True)
+    parser.add_argument("--gid", type=int, help="primary gid (default: the uid)")
+    parser.add_argument("--surname", help="LDAP sn (default: last word of the full name)")
+    parser.add_argument("--type", default="user", help="user type (user, admin, …)")
+    parser.add_argument("--shell", default="/usr/bin/bash")
+    parser.add_argument("--status", default="active")
+    parser.add_argument("--access", "-a", nargs="+", metavar="ACCESS",
+                        help="global access (login-ssh, slurm, …)")
+    parser.add_argument("--home-directory", help="default /home/<user>")
+    parser.add_argument("--expires-at", metavar="WHEN", help="ISO 8601 or +30d/+6mo")
+    _password_args(parser)
+    _key_args(parser, required=False)
+
+
+@command("ng", "user", "new", "system", help="create a service account (system uid band)",
+         store=True)
+async def user_new_system(args: argparse.Namespace) -> None:
+    ctx = args.ctx
+    password = _password_from(args)
+    user, _ = await ops.CreateSystemUser.run(ctx.store, ctx.author, name=args.user,
+                                             email=args.email, fullname=args.fullname,
+                                             password=password)
+    ctx.out.success(f"created system user [bold]{user.name}[/] (uid={user.uid})")
+    if password and args.password:
+        _print_password(args, user.name, password)
+
+
+@user_new_system.args()
+def _(parser: a.Parser) -> None:
+    a.user(parser)
+    parser.add_argument("--email", default="hpc-help@ucdavis.edu")
+    parser.add_argument("--fullname", help="default 'HPCCF <user>'")
+    _password_args(parser)
+
+
+@command("ng", "user", "new", "shared", help="create a shared account (shared uid band)",
+         store=True)
+async def user_new_shared(args: argparse.Namespace) -> None:
+    ctx = args.ctx
+    password = _password_from(args)
+    user, _ = await ops.CreateSharedUser.run(ctx.store, ctx.author, name=args.user,
+                                             email=args.email, fullname=args.fullname,
+                                             password=password)
+    ctx.out.success(f"created shared user [bold]{user.name}[/] (uid={user.uid})")
+    if password and args.password:
+        _print_password(args, user.name, password)
+
+
+@user_new_shared.args()
+def _(parser: a.Parser) -> None:
+    a.user(parser)
+    parser.add_argument("--email", required=True)
+    parser.add_argument("--fullname", required=True)
+    _password_args(parser)
+
+
+# -- attributes ------------------------------------------------------------------------
+
+
+@command("ng", "user", "status", help="set a user's status, globally or at one site",
+         store=True)
+async def user_status(args: argparse.Namespace) -> None:
+    ctx = args.ctx
+    await ops.SetUserStatus.run(ctx.store, ctx.author, name=args.user, status=args.status,
+                                reason=args.reason, site=args.site, reset=args.reset)
+    scope = f"at {args.site}" if args.site else "globally"
+    what = "reset to the global status" if args.reset else f"set to {args.status}"
+    ctx.out.success(f"status of [bold]{args.user}[/] {what} {scope}")
+
+
+@user_status.args()
+def _(parser: a.Parser) -> None:
+    a.user(parser)
+    a.site(parser, required=False, help="only at this site")
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--status", help="active, inactive, disabled or offboarding")
+    group.add_argument("--reset", action="store_true", help="drop the site's override")
+    parser.add_argument("--reason", required=True, help="recorded in the user's comments")
+
+
+def _field_command(field: str, flag: str, help: str) -> None:
+    @command("ng", "user", field, help=help, store=True)
+    async def handler(args: argparse.Namespace) -> None:
+        ctx = args.ctx
+        op = {"type": ops.SetUserType, "shell": ops.SetUserShell, "email": ops.SetUserEmail}
+        await op[field].run(ctx.store, ctx.author, name=args.user,
+                            **{field: getattr(args, field)})
+        ctx.out.success(f"{field} of [bold]{args.user}[/] set to {getattr(args, field)}")
+
+    @handler.args()
+    def _(parser: a.Parser) -> None:
+        a.user(parser)
+        parser.add_argument(flag, required=True, dest=field)
+
+
+_field_command("type", "--type", "set a user's type")
+_field_command("shell", "--shell", "set a user's login shell")
+_field_command("email", "--email", "set a user's e-mail address")
+
+
+@command("ng", "user", "password", help="set a new password (generated unless --stdin)",
+         store=True)
+async def user_password(args: argparse.Namespace) -> None:
+    ctx = args.ctx
+    if args.stdin:
+        password = ctx.stdin.readline().rstrip("\n")
+        if not password:
+            raise InvalidInput("no password on stdin")
+    else:
+        password = generate_password()
+    await ops.SetUserPassword.run(ctx.store, ctx.author, name=args.user, password=password)
+    ctx.out.success(f"password of [bold]{args.user}[/] changed")
+    if not args.stdin:
+        _print_password(args, args.user, password)
+
+
+@user_password.args()
+def _(parser: a.Parser) -> None:
+    a.user(parser)
+    parser.add_argument("--stdin", action="store_true",
+                        help="read the new password from the first line of stdin")
+
+
+@command("ng", "user", "comment", help="append a comment to a user", store=True)
+async def user_comment(args: argparse.Namespace) -> None:
+    ctx = args.ctx
+    await ops.AddUserComment.run(ctx.store, ctx.author, name=args.user, comment=args.comment)
+    ctx.out.success(f"comment added to [bold]{args.user}[/]")
+
+
+@user_comment.args()
+def _(parser: a.Parser) -> None:
+    a.user(parser)
+    parser.add_argument("--comment", "-c", required=True)
+
+
+@command("ng", "user", "rename", help="rename a user (and their personal group) everywhere",
+         store=True)
+async def user_rename(args: argparse.Namespace) -> None:
+    ctx = args.ctx
+    await ops.RenameUser.run(ctx.store, ctx.author, name=args.user, new_name=args.new_name)
+    ctx.out.success(f"renamed user [bold]{args.user}[/] to [bold]{args.new_name}[/]")
+
+
+@user_rename.args()
+def _(parser: a.Parser) -> None:
+    a.user(parser, help="current name")
+    parser.add_argument("--new-name", "--to", required=True, dest="new_name")
+
+
+# -- access, keys, sites ---------------------------------------------------------------
+
+
+@command("ng", "user", "add", "access", help="grant access, globally or at one site",
+         store=True)
+async def user_add_access(args: argparse.Namespace) -> None:
+    ctx = args.ctx
+    await ops.AddUserAccess.run(ctx.store, ctx.author, name=args.user, access=args.access,
+                                site=args.site)
+    scope = f" at {args.site}" if args.site else ""
+    ctx.out.success(f"[bold]{args.user}[/] has {', '.join(args.access)}{scope}")
+
+
+@command("ng", "user", "remove", "access", help="revoke access, globally or at one site",
+         store=True)
+async def user_remove_access(args: argparse.Namespace) -> None:
+    ctx = args.ctx
+    await ops.RemoveUserAccess.run(ctx.store, ctx.author, name=args.user, access=args.access,
+                                   site=args.site)
+    scope = f" at {args.site}" if args.site else ""
+    ctx.out.success(f"[bold]{args.user}[/] no longer has {', '.join(args.access)}{scope}")
+
+
+for _handler in (user_add_access, user_remove_access):
+    @_handler.args()
+    def _(parser: a.Parser) -> None:
+        a.user(parser)
+        a.site(parser, required=False, help="only at this site (a per-site override)")
+        parser.add_argument("--access", "-a", nargs="+", required=True, metavar="ACCESS")
+
+
+@command("ng", "user", "add", "ssh-key", help="add an SSH public key", store=True)
+async def user_add_ssh_key(args: argparse.Namespace) -> None:
+    ctx = args.ctx
+    key = await ops.AddUserSshKey.run(ctx.store, ctx.author, name=args.user,
+                                      key=_key_from(args) or "", replace=args.replace)
+    ctx.out.success(f"added key {parse_ssh_key(key.key).fingerprint} to [bold]{args.user}[/]")
+
+
+@user_add_ssh_key.args()
+def _(parser: a.Parser) -> None:
+    a.user(parser)
+    _key_args(parser, required=True)
+    parser.add_argument("--replace", action="store_true", help="remove the user's other keys")
+
+
+@command("ng", "user", "remove", "ssh-key", help="remove one of a user's SSH keys", store=True)
+async def user_remove_ssh_key(args: argparse.Namespace) -> None:
+    ctx = args.ctx
+    keys = await list_user_ssh_keys((await get_user(args.user)).name)
+    key_id = args.key_id
+    if key_id is None:
+        if not keys:
+            raise NotFound(f"user {args.user!r} has no SSH keys")
+        listing = [_ssh_key_data(k) for k in keys]
+        ctx.out.table(listing, title=f"SSH keys of {args.user}")
+        if len(keys) == 1 and ctx.confirm("Remove this key?", force=args.force):
+            key_id = keys[0].id
+        elif len(keys) > 1 and ctx.stdin.isatty():
+            ctx.out.console.print("Number of the key to remove: ", end="")
+            choice = ctx.stdin.readline().strip()
+            if not choice.isdigit() or not 1 <= int(choice) <= len(keys):
+                raise InvalidInput(f"choose a number between 1 and {len(keys)}")
+            key_id = keys[int(choice) - 1].id
+        else:
+            raise InvalidInput("pass --key-id (see the ids above)"
+                               + (" or --force" if len(keys) == 1 else ""))
+    removed = await ops.RemoveUserSshKey.run(ctx.store, ctx.author, name=args.user,
+                                             key_id=key_id)
+    ctx.out.success(f"removed key {_ssh_key_data(removed)['fingerprint']} from "
+                    f"[bold]{args.user}[/]")
+
+
+@user_remove_ssh_key.args()
+def _(parser: a.Parser) -> None:
+    a.user(parser)
+    parser.add_argument("--key-id", help="id of the key (see `ng user show`)")
+    a.force(parser, help="remove the only key without asking")
+
+
+@command("ng", "user", "add", "site", help="put a user on a site", store=True)
+async def user_add_site(args: argparse.Namespace) -> None:
+    ctx = args.ctx
+    await AddSiteUser.run(ctx.store, ctx.author, user=args.user, site=args.site)
+    ctx.out.success(f"[bold]{args.user}[/] is on site {args.site}")
+
+
+@command("ng", "user", "remove", "site", help="take a user off a site", store=True)
+async def user_remove_site(args: argparse.Namespace) -> None:
+    ctx = args.ctx
+    await RemoveSiteUser.run(ctx.store, ctx.author, user=args.user, site=args.site)
+    ctx.out.success(f"[bold]{args.user}[/] is no longer on site {args.site}")
+
+
+for _handler in (user_add_site, user_remove_site):
+    @_handler.args()
+    def _(parser: a.Parser) -> None:
+        a.user(parser)
+        a.site(parser)
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+async def _site_view(user: User, site: str) -> dict[str, Any]:
+    await get_site(site)
+    usi = await find_site_info(user.name, site)
+    if usi is None:
+        return {"on_site": False}
+    groups = await user_groups_at_site(user.name, site)
+    reach = await user_slurm_at_site(user.name, site)
+    return {
+        "on_site": True,
+        "status_override": usi.status, "effective_status": effective_status(user, usi),
+        "access_override": usi.access, "effective_access": effective_access(user, usi),
+        "expires_at": usi.expires_at,
+        "groups": [{"group": r.group.name, "gid": r.group.gid, "roles": list(r.roles)}
+                   for r in groups],
+        "slurm": [r.as_dict() for r in reach],
+    }
+
+
+@command("ng", "user", "show", help="show a user (with -s: their state at that site)",
+         store=True)
+async def user_show(args: argparse.Namespace) -> None:
+    ctx = args.ctx
+    user = await find_user(name=args.user, uid=args.uid, email=args.email)
+    data = user_data(user)
+    data["ssh_keys"] = [_ssh_key_data(k) for k in await list_user_ssh_keys(user.name)]
+    if args.site:
+        data["site"] = {"name": args.site} | await _site_view(user, args.site)
+    else:
+        data["sites"] = [o.as_dict() for o in await user_site_overrides(user)]
+    ctx.out.show(data, title=f"user {user.name}")
+
+
+@user_show.args()
+def _(parser: a.Parser) -> None:
+    who = parser.add_mutually_exclusive_group(required=True)
+    who.add_argument("--user", "-u", metavar="USER")
+    who.add_argument("--uid", type=int)
+    who.add_argument("--email")
+    a.site(parser, required=False, help="show the user's state at this site")
+    a.output_format(parser)
+
+
+@command("ng", "user", "list", help="list users matching filters", store=True)
+async def user_list(args: argparse.Namespace) -> None:
+    users = await find_users(status=args.status, access=args.access, type=args.type,
+                             site=args.site, group=args.group, operator=args.operator,
+                             limit=args.limit)
+    rows = [user_data(u) if args.long else user_row(u) for u in users]
+    if args.site:  # show what holds at that site, not the global defaults
+        infos = await site_infos_for(args.site, [u.name for u in users])
+        for row, user in zip(rows, users, strict=True):
+            row["status"] = effective_status(user, infos.get(user.name))
+            row["access"] = effective_access(user, infos.get(user.name))
+    columns = None if args.long else ["name", "uid", "email", "fullname", "type", "status",
+                                      "access"]
+    filters = ", ".join(f"{k}={v}" for k, v in (("site", args.site), ("status", args.status),
+                                                ("access", args.access), ("type", args.type),
+                                                ("group", args.group)) if v)
+    title = f"Users (count={len(rows)}, operator={args.operator}{', ' if filters else ''}" \
+            f"{filters})"
+    args.ctx.out.table(rows, title=title, columns=columns)
+
+
+@user_list.args()
+def _(parser: a.Parser) -> None:
+    parser.add_argument("--status")
+    parser.add_argument("--access")
+    parser.add_argument("--type")
+    a.site(parser, required=False, help="only users on this site (site-effective filters)")
+    a.group(parser, required=False, help="only members of this group")
+    parser.add_argument("--operator", choices=["AND", "OR"], default="AND",
+                        type=str.upper, help="how filters combine (default AND)")
+    parser.add_argument("--limit", type=int, help="at most this many users")
+    parser.add_argument("--long", "-l", action="store_true", help="all fields")
+    a.output_format(parser)
+
+
+@command("ng", "user", "redundant-site-statuses",
+         help="list (or --clear) per-site statuses equal to the global one", store=True)
+async def user_redundant_site_statuses(args: argparse.Namespace) -> None:
+    ctx = args.ctx
+    if args.clear:
+        cleared = await ops.ClearRedundantSiteStatuses.run(ctx.store, ctx.author)
+        rows = [{"user": u, "site": s, "status": st} for u, s, st in cleared]
+        ctx.out.table(rows, title=f"Cleared redundant site statuses (count={len(rows)})",
+                      columns=["user", "site", "status"])
+        return
+    found = await find_redundant_site_statuses()
+    rows = [{"user": u.name, "site": usi.site, "status": usi.status} for u, usi in found]
+    ctx.out.table(rows, title=f"Redundant site statuses (count={len(rows)})",
+                  columns=["user", "site", "status"])
+
+
+@user_redundant_site_statuses.args()
+def _(parser: a.Parser) -> None:
+    parser.add_argument("--clear", action="store_true", help="drop them")
+    a.output_format(parser)
+
+
+@command("ng", "user", "clear-offboarding-site-statuses",
+         help="drop per-site statuses of users who are offboarding globally", store=True)
+async def user_clear_offboarding(args: argparse.Namespace) -> None:
+    ctx = args.ctx
+    cleared = await ops.ClearOffboardingSiteStatuses.run(ctx.store, ctx.author)
+    ctx.out.success(f"cleared {cleared} per-site status override(s)")
+

@@ -1,0 +1,34 @@
+"""Beanie documents. ``ALL_MODELS`` is what the store registers (and indexes) at start-up."""
+
+from __future__ import annotations
+
+from beanie import Document
+
+from .group import Group, GroupMembership
+from .hippo import HippoEvent
+from .history import History
+from .site import Site
+from .slurm import (
+    SlurmAccount,
+    SlurmAllocation,
+    SlurmAssociation,
+    SlurmPartition,
+    SlurmQOS,
+)
+from .storage import AutomountMap, StaticMount, Storage, StorageVolume
+from .sync import SyncLease, SyncRun
+from .user import SshKey, User, UserSiteInfo
+
+ALL_MODELS: tuple[type[Document], ...] = (
+    Site, User, SshKey, Group, UserSiteInfo, GroupMembership,
+    SlurmAccount, SlurmAllocation, SlurmPartition, SlurmQOS, SlurmAssociation,
+    AutomountMap, StorageVolume, StaticMount, Storage,
+    History, HippoEvent, SyncRun, SyncLease,
+)
+
+__all__ = [
+    "ALL_MODELS", "AutomountMap", "Group", "GroupMembership", "HippoEvent", "History", "Site",
+    "SlurmAccount", "SlurmAllocation", "SlurmAssociation", "SlurmPartition", "SlurmQOS",
+    "SshKey", "StaticMount", "Storage", "StorageVolume", "SyncLease", "SyncRun", "User",
+    "UserSiteInfo",
+]

@@ -1,0 +1,144 @@
+"""Validated scalar types shared by documents, operation arguments and config.
+
+Each type is an ``Annotated`` pydantic type whose validator raises ``ValueError`` with a
+sentence an admin can act on; ``cheeto_like.validation`` turns those into one line.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Annotated
+
+from pydantic import AfterValidator, BeforeValidator
+
+from ..constants import GROUP_TYPES, ID_MAX, NAME_MAX_LEN, SHELLS, USER_TYPES
+
+POSIX_NAME_RE = re.compile(r"^[a-z_][a-z0-9_.-]*$")
+SHORTHAND_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+SITE_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
+ALIAS_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,252}$")
+FQDN_RE = re.compile(r"^(?=.{1,253}$)([a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)"
+                     r"(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*$")
+EMAIL_RE = re.compile(r"^[A-Za-z0-9._%+'-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}$")
+# Anchored on both ends (the reference's unanchored pattern let "10X"-like junk through).
+QUOTA_RE = re.compile(r"^(?P<num>[0-9]+(\.[0-9]+)?|\.[0-9]+)(?P<unit>[MGTP])$", re.IGNORECASE)
+QUOTA_UNIT_MB = {"M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
+
+
+def new_id() -> str:
+    """A fresh document id: UUID hex, because the embedded store mishandles ObjectIds."""
+    return uuid.uuid4().hex
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _posix_name(value: str) -> str:
+    if not value:
+        raise ValueError("name must not be empty")
+    if len(value) > NAME_MAX_LEN:
+        raise ValueError(f"name {value!r} is longer than {NAME_MAX_LEN} characters")
+    if not POSIX_NAME_RE.match(value):
+        raise ValueError(f"name {value!r} is not a valid POSIX name (lowercase letters, digits,"
+                         " '_', '.', '-'; must start with a letter or '_')")
+    return value
+
+
+def _site_name(value: str) -> str:
+    if not SITE_NAME_RE.match(value):
+        raise ValueError(f"site name {value!r} must be lowercase letters, digits and '-',"
+                         " starting with a letter (at most 63 characters)")
+    return value
+
+
+def _site_alias(value: str) -> str:
+    value = value.lower()
+    if not ALIAS_RE.match(value):
+        raise ValueError(f"site alias {value!r} must be letters, digits, '.', '_' or '-'")
+    return value
+
+
+def _fqdn(value: str) -> str:
+    if not FQDN_RE.match(value):
+        raise ValueError(f"{value!r} is not a valid host name")
+    return value.lower()
+
+
+def _unix_id(value: int) -> int:
+    if isinstance(value, bool):
+        raise ValueError("id must be an integer")
+    if not 0 <= value <= ID_MAX:
+        raise ValueError(f"id {value} is outside 0..{ID_MAX}")
+    return value
+
+
+def _email(value: str) -> str:
+    if not EMAIL_RE.match(value):
+        raise ValueError(f"{value!r} is not a valid e-mail address")
+    return value
+
+
+def _shell(value: str) -> str:
+    if value not in SHELLS:
+        raise ValueError(f"shell {value!r} is not allowed (choose from {', '.join(SHELLS)})")
+    return value
+
+
+def _choice(kind: str, allowed: tuple[str, ...]):
+    def check(value: str) -> str:
+        if value not in allowed:
+            raise ValueError(f"{kind} {value!r} is not one of {', '.join(allowed)}")
+        return value
+    return check
+
+
+def _shorthand(value: str) -> str:
+    if not SHORTHAND_RE.match(value):
+        raise ValueError(f"{value!r} is not a valid access or status name")
+    return value
+
+
+def _quota(value: str) -> str:
+    parse_quota_mb(value)
+    return value.upper()
+
+
+def parse_quota_mb(value: str) -> Decimal:
+    """Size string such as ``1.5T`` -> exact megabytes (binary units, like the reference)."""
+    m = QUOTA_RE.match(value.strip()) if isinstance(value, str) else None
+    if m is None:
+        raise ValueError(f"invalid quota {value!r}: expected a size like 500G, 1.5T or 10M")
+    try:
+        num = Decimal(m.group("num"))
+    except InvalidOperation as exc:  # pragma: no cover - the regex already guarantees a number
+        raise ValueError(f"invalid quota {value!r}") from exc
+    return num * QUOTA_UNIT_MB[m.group("unit").upper()]
+
+
+def _strip(value: object) -> object:
+    return value.strip() if isinstance(value, str) else value
+
+
+PosixName = Annotated[str, BeforeValidator(_strip), AfterValidator(_posix_name)]
+SiteName = Annotated[str, BeforeValidator(_strip), AfterValidator(_site_name)]
+SiteAlias = Annotated[str, BeforeValidator(_strip), AfterValidator(_site_alias)]
+Fqdn = Annotated[str, BeforeValidator(_strip), AfterValidator(_fqdn)]
+UnixId = Annotated[int, AfterValidator(_unix_id)]
+Email = Annotated[str, BeforeValidator(_strip), AfterValidator(_email)]
+Shell = Annotated[str, AfterValidator(_shell)]
+UserType = Annotated[str, AfterValidator(_choice("user type", USER_TYPES))]
+GroupType = Annotated[str, AfterValidator(_choice("group type", GROUP_TYPES))]
+# Access and status shorthands are valid when their group exists (checked by the ops);
+# the type only pins their shape.
+Shorthand = Annotated[str, BeforeValidator(_strip), AfterValidator(_shorthand)]
+Quota = Annotated[str, BeforeValidator(_strip), AfterValidator(_quota)]
+NonEmptyStr = Annotated[str, BeforeValidator(_strip),
+                        AfterValidator(lambda v: v if v else _raise("value must not be empty"))]
+
+
+def _raise(msg: str):
+    raise ValueError(msg)

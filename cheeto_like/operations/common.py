@@ -1,0 +1,84 @@
+"""Helpers shared by operations: id allocation, LDAP dirty marks and rename cascades."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from beanie import Document
+from pymongo.asynchronous.client_session import AsyncClientSession
+
+from ..constants import IdBand
+from ..errors import Conflict
+from ..models import Group, User
+from ..models.base import BaseDoc
+from ..models.references import GROUP_REFERENCES, USER_REFERENCES, Reference
+
+
+async def next_free_id(band: IdBand, session: AsyncClientSession) -> int:
+    """One above the highest uid or gid in ``band`` (or its start).
+
+    Users and groups are both scanned because a user's personal group takes the user's
+    id as its gid; an allocator that saw only one collection could hand out an id whose
+    twin is taken. Racing allocators on MongoDB conflict inside their transactions and
+    are retried by ``Operation.run``.
+    """
+    top = band.start - 1
+    span = {"$gte": band.start, "$lt": band.stop}
+    user = await User.find({"uid": span}, session=session).sort(-User.uid).limit(1).to_list()
+    group = await Group.find({"gid": span}, session=session).sort(-Group.gid).limit(1).to_list()
+    if user:
+        top = max(top, user[0].uid)
+    if group:
+        top = max(top, group[0].gid)
+    candidate = top + 1
+    if candidate >= band.stop:
+        raise Conflict(f"no free id left in {band.start}..{band.stop - 1}")
+    return candidate
+
+
+async def mark_ldap_dirty(model: type[Document], names: Iterable[str],
+                          session: AsyncClientSession) -> None:
+    """Make records whose LDAP projection depends on another document look modified.
+
+    Query-level updates bypass document hooks, so this neither recomputes fingerprints
+    nor bumps ``updated_at``; it only moves ``ldap.modified_at``. ``$currentDate`` rather
+    than ``$set`` of a datetime: the embedded store stores a ``$set`` datetime as a string.
+    """
+    # Look the name up through its index and update by _id: the embedded store scans the
+    # collection for an update whose filter is anything but _id (and for ``$in``).
+    collection = model.get_pymongo_collection()
+    for name in sorted(set(names)):
+        found = await collection.find_one({"name": name}, {"_id": 1}, session=session)
+        if found is not None:
+            await collection.update_one({"_id": found["_id"]},
+                                        {"$currentDate": {"ldap.modified_at": True}},
+                                        session=session)
+
+
+async def cascade_rename(references: tuple[Reference, ...], old: str, new: str,
+                         session: AsyncClientSession) -> dict[str, int]:
+    """Rewrite every reference from ``old`` to ``new``; returns changed counts per field."""
+    counts: dict[str, int] = {}
+    for ref in references:
+        collection = ref.model.get_pymongo_collection()
+        # Query-level updates skip document hooks, so bump updated_at here.
+        stamp = {"$currentDate": {"updated_at": True}} if issubclass(ref.model, BaseDoc) else {}
+        if ref.is_list:
+            # $in, not equality: see queries.group on indexed array fields.
+            result = await collection.update_many(
+                {ref.field: {"$in": [old]}}, {"$set": {f"{ref.field}.$[ref]": new}, **stamp},
+                array_filters=[{"ref": old}], session=session)
+        else:
+            result = await collection.update_many(
+                {ref.field: old}, {"$set": {ref.field: new}, **stamp}, session=session)
+        if result.modified_count:
+            counts[ref.label] = result.modified_count
+    return counts
+
+
+async def cascade_user_rename(old: str, new: str, session: AsyncClientSession) -> dict[str, int]:
+    return await cascade_rename(USER_REFERENCES, old, new, session)
+
+
+async def cascade_group_rename(old: str, new: str, session: AsyncClientSession) -> dict[str, int]:
+    return await cascade_rename(GROUP_REFERENCES, old, new, session)

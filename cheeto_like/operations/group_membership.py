@@ -1,0 +1,104 @@
+"""Membership roles (member, sponsor, sudoer, slurmer) on (user, group, site) edges.
+
+Adding a role creates the edge or extends it; removing a role shrinks it and deletes it
+with its last role. Both are idempotent. Access and status groups are not joined this
+way: they follow a user's access and status.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pymongo.asynchronous.client_session import AsyncClientSession
+
+from ..errors import InvalidInput
+from ..models import Group, GroupMembership, User
+from ..models.base import select_one
+from ..models.fields import PosixName, SiteName
+from ..queries.group import get_group
+from ..queries.site import get_site
+from ..queries.user import get_user
+from .base import OpArgs, Operation
+from .common import mark_ldap_dirty
+
+
+class _MembershipOp(Operation):
+    role: ClassVar[str]
+    adding: ClassVar[bool]
+
+    class Args(OpArgs):
+        group: PosixName
+        user: PosixName
+        site: SiteName
+
+    async def execute(self, session: AsyncClientSession) -> GroupMembership | None:
+        a = self.args
+        group = await get_group(a.group, session)
+        user = await get_user(a.user, session)
+        site = await get_site(a.site, session)
+        if group.is_special:
+            raise InvalidInput(f"{group.name!r} is an {group.type} group; use `ng user "
+                               f"{'add' if group.type == 'access' else 'status'}` instead")
+        edge = await select_one(GroupMembership, session, user=user.name, group=group.name,
+                                site=site.name)
+        self.changed = False
+        if self.adding:
+            if edge is None:
+                edge = GroupMembership(user=user.name, group=group.name, site=site.name,
+                                       roles=[self.role])
+                await edge.insert(session=session)
+                self.changed = True
+            elif self.role not in edge.roles:
+                edge.roles = [*edge.roles, self.role]
+                await edge.save(session=session)
+                self.changed = True
+        elif edge is not None and self.role in edge.roles:
+            remaining = [r for r in edge.roles if r != self.role]
+            if remaining:
+                edge.roles = remaining
+                await edge.save(session=session)
+            else:
+                await edge.delete(session=session)
+                edge = None
+            self.changed = True
+        if self.changed:
+            await mark_ldap_dirty(User, [user.name], session)
+            await mark_ldap_dirty(Group, [group.name], session)
+        return edge
+
+    def describe(self) -> dict[str, Any]:
+        a = self.args
+        return {"group": a.group, "user": a.user, "site": a.site, "role": self.role,
+                "changed": self.changed}
+
+
+class AddGroupMember(_MembershipOp):
+    op_name, role, adding = "add_group_member", "member", True
+
+
+class RemoveGroupMember(_MembershipOp):
+    op_name, role, adding = "remove_group_member", "member", False
+
+
+class AddGroupSponsor(_MembershipOp):
+    op_name, role, adding = "add_group_sponsor", "sponsor", True
+
+
+class RemoveGroupSponsor(_MembershipOp):
+    op_name, role, adding = "remove_group_sponsor", "sponsor", False
+
+
+class AddGroupSudoer(_MembershipOp):
+    op_name, role, adding = "add_group_sudoer", "sudoer", True
+
+
+class RemoveGroupSudoer(_MembershipOp):
+    op_name, role, adding = "remove_group_sudoer", "sudoer", False
+
+
+class AddGroupSlurmer(_MembershipOp):
+    op_name, role, adding = "add_group_slurmer", "slurmer", True
+
+
+class RemoveGroupSlurmer(_MembershipOp):
+    op_name, role, adding = "remove_group_slurmer", "slurmer", False

@@ -1,0 +1,151 @@
+"""Group lookups, membership at a site, and the sticky-group rules.
+
+A group that is sticky at a site counts every user on that site as a member there
+(role ``sticky-member``), without any membership edge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from beanie.operators import In
+from pymongo.asynchronous.client_session import AsyncClientSession
+
+from ..errors import NotFound
+from ..models import Group, GroupMembership, Site, UserSiteInfo
+from ..models.base import select, select_one
+
+Session = AsyncClientSession | None
+# Multi-field lookups go through ``models.base.select`` (one indexed field in the store,
+# the rest here). Array fields are never matched with ``field == value`` in the store: on
+# the embedded store an index on the array field can make plain equality match nothing.
+GroupRole = Literal["member", "sponsor", "sudoer", "slurmer", "sticky-member"]
+
+
+async def find_group_by_name(name: str, session: Session = None) -> Group | None:
+    return await Group.find_one(Group.name == name, session=session)
+
+
+async def get_group(name: str, session: Session = None) -> Group:
+    group = await find_group_by_name(name, session)
+    if group is None:
+        raise NotFound(f"group {name!r} does not exist")
+    return group
+
+
+async def sticky_groups(site: str, session: Session = None) -> list[str]:
+    found = await Site.find_one(Site.name == site, session=session)
+    return list(found.group.sticky) if found else []
+
+
+async def site_user_names(site: str, session: Session = None) -> list[str]:
+    usis = await UserSiteInfo.find(UserSiteInfo.site == site, session=session).to_list()
+    return sorted(u.user for u in usis)
+
+
+async def effective_group_members(group: str, site: str, session: Session = None) -> list[str]:
+    """Names of users who are members of ``group`` at ``site`` (edges ∪ sticky)."""
+    edges = await select(GroupMembership, session, group=group, site=site, roles="member")
+    names = {e.user for e in edges}
+    if group in await sticky_groups(site, session):
+        names.update(await site_user_names(site, session))
+    return sorted(names)
+
+
+async def group_members_anywhere(group: str, session: Session = None) -> set[str]:
+    """Members at any site: member edges plus the users of sites where it is sticky."""
+    edges = await select(GroupMembership, session, group=group, roles="member")
+    names = {e.user for e in edges}
+    sticky_sites = await Site.find({"group.sticky": group}, session=session).to_list()
+    if sticky_sites:
+        usis = await UserSiteInfo.find(In(UserSiteInfo.site, [s.name for s in sticky_sites]),
+                                       session=session).to_list()
+        names.update(u.user for u in usis)
+    return names
+
+
+@dataclass
+class GroupRoster:
+    """Who holds which role in a group at one site (sorted names)."""
+
+    members: list[str] = field(default_factory=list)
+    sponsors: list[str] = field(default_factory=list)
+    sudoers: list[str] = field(default_factory=list)
+    slurmers: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, list[str]]:
+        return {"members": self.members, "sponsors": self.sponsors, "sudoers": self.sudoers,
+                "slurmers": self.slurmers}
+
+
+async def group_members_at_site(group: str, site: str, session: Session = None) -> GroupRoster:
+    edges = await select(GroupMembership, session, group=group, site=site)
+    roster = GroupRoster()
+    for role, names in (("sponsor", roster.sponsors), ("sudoer", roster.sudoers),
+                        ("slurmer", roster.slurmers)):
+        names.extend(sorted(e.user for e in edges if role in e.roles))
+    roster.members = await effective_group_members(group, site, session)
+    return roster
+
+
+@dataclass(frozen=True)
+class UserGroupRoles:
+    group: Group
+    roles: tuple[GroupRole, ...]
+
+
+async def user_groups_at_site(user: str, site: str,
+                              session: Session = None) -> list[UserGroupRoles]:
+    """Every group the user has a role in at ``site`` (sticky membership included only
+    when the user is on the site), sorted by group name."""
+    edges = await select(GroupMembership, session, user=user, site=site)
+    roles: dict[str, list[GroupRole]] = {e.group: list(e.roles) for e in edges}
+    on_site = await select_one(UserSiteInfo, session, user=user, site=site) is not None
+    if on_site:
+        for name in await sticky_groups(site, session):
+            roles.setdefault(name, []).append("sticky-member")
+    groups = {g.name: g for g in await Group.find(In(Group.name, list(roles)),
+                                                  session=session).to_list()}
+    return [UserGroupRoles(groups[name], tuple(roles[name]))
+            for name in sorted(roles) if name in groups]
+
+
+async def effective_user_groups(user: str, site: str, session: Session = None) -> list[Group]:
+    """Groups the user is a member of at ``site`` (member edges and sticky groups)."""
+    return [row.group for row in await user_groups_at_site(user, site, session)
+            if "member" in row.roles or "sticky-member" in row.roles]
+
+
+async def list_groups(*, type: str | None = None, site: str | None = None,
+                      member: str | None = None, session: Session = None) -> list[Group]:
+    """Groups filtered by type, by having any role edge (or being sticky) at ``site``, and
+    by ``member`` being a member (at ``site`` when given, else anywhere)."""
+    query: dict[str, object] = {}
+    if type is not None:
+        query["type"] = type
+    names: set[str] | None = None
+    if site is not None:
+        found = await Site.find_one(Site.name == site, session=session)
+        if found is None:
+            raise NotFound(f"site {site!r} does not exist")
+        edges = await GroupMembership.find(GroupMembership.site == site,
+                                           session=session).to_list()
+        names = {e.group for e in edges} | set(found.group.sticky)
+    if member is not None:
+        if site is not None:
+            mine = {g.name for g in await effective_user_groups(member, site, session)}
+        else:
+            edges = await select(GroupMembership, session, user=member, roles="member")
+            mine = {e.group for e in edges}
+            usis = await UserSiteInfo.find(UserSiteInfo.user == member,
+                                           session=session).to_list()
+            if usis:
+                sites = await Site.find(In(Site.name, [u.site for u in usis]),
+                                        session=session).to_list()
+                for s in sites:
+                    mine.update(s.group.sticky)
+        names = mine if names is None else names & mine
+    if names is not None:
+        query["name"] = {"$in": sorted(names)}
+    return await Group.find(query, session=session).sort(+Group.name).to_list()

@@ -1,0 +1,71 @@
+"""Site lookups and the list of collections that hang off a site."""
+
+from __future__ import annotations
+
+from beanie import Document
+from pymongo.asynchronous.client_session import AsyncClientSession
+
+from ..errors import NotFound
+from ..models import (
+    AutomountMap,
+    GroupMembership,
+    HippoEvent,
+    Site,
+    SlurmAccount,
+    SlurmAllocation,
+    SlurmAssociation,
+    SlurmPartition,
+    SlurmQOS,
+    StaticMount,
+    Storage,
+    StorageVolume,
+    UserSiteInfo,
+)
+
+Session = AsyncClientSession | None
+
+# label -> model, in the order a site removal deletes them (dependents before what they
+# point at). Every model here has a ``site`` field. Single source for cascade and counts.
+SITE_LINKED_MODELS: tuple[tuple[str, type[Document]], ...] = (
+    ("user_site_info", UserSiteInfo),
+    ("group_membership", GroupMembership),
+    ("slurm_associations", SlurmAssociation),
+    ("slurm_allocations", SlurmAllocation),
+    ("slurm_qos", SlurmQOS),
+    ("slurm_partitions", SlurmPartition),
+    ("slurm_accounts", SlurmAccount),
+    ("storages", Storage),
+    ("static_mounts", StaticMount),
+    ("storage_volumes", StorageVolume),
+    ("automount_maps", AutomountMap),
+    ("hippo_events", HippoEvent),
+)
+
+
+async def find_site_by_name(name: str, session: Session = None) -> Site | None:
+    return await Site.find_one(Site.name == name, session=session)
+
+
+async def find_site(value: str, session: Session = None) -> Site | None:
+    """A site by name, fqdn or alias, case-insensitively (all three are stored lowercase)."""
+    lowered = value.strip().lower()
+    return await Site.find_one(
+        {"$or": [{"name": lowered}, {"fqdn": lowered}, {"aliases": lowered}]},
+        session=session)
+
+
+async def get_site(name: str, session: Session = None) -> Site:
+    """The site named ``name``; ``NotFound`` otherwise (fqdns and aliases: ``find_site``)."""
+    site = await find_site_by_name(name, session)
+    if site is None:
+        raise NotFound(f"site {name!r} does not exist")
+    return site
+
+
+async def list_sites(session: Session = None) -> list[Site]:
+    return await Site.find_all(session=session).sort(+Site.name).to_list()
+
+
+async def count_site_dependents(site: str, session: Session = None) -> dict[str, int]:
+    return {label: await model.find({"site": site}, session=session).count()
+            for label, model in SITE_LINKED_MODELS}

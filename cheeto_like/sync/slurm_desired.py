@@ -1,0 +1,164 @@
+"""Desired Slurm state of a site, built from the store with a fixed number of queries.
+
+Rules (the reference's, with its defects fixed):
+- A user is eligible when they are on the site, their effective access there includes
+  ``slurm``, their effective status is ``active`` or ``offboarding``, and neither their
+  site record nor their account has expired. Inactive and disabled users get nothing.
+- Each group association expands to one association per user in its roster: every
+  eligible user for a sticky account, else the eligible members and slurmers of the
+  group at the site (sticky groups count every user on the site as a member).
+- An association carries its QOS list and default QOS, so several QOS on one
+  (account, partition) never collide.
+- QOS limits are the sums of unexpired allocations.
+- Every account at the site exists in Slurm, with its limits and coordinators
+  (coordinators must be Slurm users on this cluster, i.e. have an association).
+- The site's default account becomes the default of every user associated with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from beanie.operators import In
+
+from ..models import (
+    GroupMembership,
+    SlurmAccount,
+    SlurmAllocation,
+    SlurmAssociation,
+    SlurmQOS,
+    User,
+    UserSiteInfo,
+)
+from ..models.fields import utcnow
+from ..queries.site import get_site
+from ..queries.slurm import qos_limits
+from ..queries.user import effective_access, effective_status
+from .slurm_state import (
+    AccountState,
+    AssocKey,
+    AssocState,
+    QOSState,
+    SlurmState,
+    tres,
+)
+
+ELIGIBLE_STATUSES = ("active", "offboarding")
+
+
+@dataclass(frozen=True)
+class Eligibility:
+    """Why a user can or cannot have Slurm associations at a site."""
+
+    user: str
+    on_site: bool
+    status: str | None
+    access: tuple[str, ...]
+    expired: bool
+
+    @property
+    def eligible(self) -> bool:
+        return (self.on_site and "slurm" in self.access
+                and self.status in ELIGIBLE_STATUSES and not self.expired)
+
+    def reasons(self) -> list[str]:
+        """What stands in the way (empty when eligible)."""
+        found = []
+        if not self.on_site:
+            found.append("not on the site")
+        if self.status not in ELIGIBLE_STATUSES:
+            found.append(f"status is {self.status or 'unset'}")
+        if "slurm" not in self.access:
+            found.append("no slurm access")
+        if self.expired:
+            found.append("account expired")
+        return found
+
+
+def eligibility(user: User, usi: UserSiteInfo | None, now: datetime) -> Eligibility:
+    expiries = [t for t in (user.expires_at, usi.expires_at if usi else None) if t is not None]
+    return Eligibility(
+        user=user.name, on_site=usi is not None,
+        status=effective_status(user, usi) if usi else user.status,
+        access=tuple(effective_access(user, usi)),
+        expired=any(t <= now for t in expiries))
+
+
+def _account_state(account: SlurmAccount) -> AccountState:
+    limits = account.limits
+
+    def limit(value: int) -> int | None:
+        return None if value < 0 else value
+
+    return AccountState(account.group, limit(limits.max_user_jobs),
+                        limit(limits.max_group_jobs), limit(limits.max_submit_jobs),
+                        limits.max_job_minutes)
+
+
+async def desired_state(site_name: str, *, now: datetime | None = None) -> SlurmState:
+    now = now or utcnow()
+    site = await get_site(site_name)
+    cluster = site.cluster_name
+    notes: list[str] = []
+
+    usis = {u.user: u for u in await UserSiteInfo.find({"site": site.name}).to_list()}
+    users = {u.name: u for u in await User.find(In(User.name, list(usis))).to_list()}
+    eligible = {name for name, user in users.items()
+                if eligibility(user, usis[name], now).eligible}
+
+    rosters: dict[str, set[str]] = {}
+    for edge in await GroupMembership.find({"site": site.name}).to_list():
+        if "member" in edge.roles or "slurmer" in edge.roles:
+            rosters.setdefault(edge.group, set()).add(edge.user)
+    for group in site.group.sticky:
+        rosters.setdefault(group, set()).update(usis)
+
+    accounts = {a.group: a for a in await SlurmAccount.find({"site": site.name}).to_list()}
+    allocations = await SlurmAllocation.find({"site": site.name}).to_list()
+    qos_docs = {q.name: q for q in await SlurmQOS.find({"site": site.name}).to_list()}
+    qos: dict[str, QOSState] = {}
+    for name, doc in sorted(qos_docs.items()):
+        limits = qos_limits(doc, allocations, now)
+        qos[name] = QOSState(name, tres(limits.group.as_slurm()), tres(limits.user.as_slurm()),
+                             tres(limits.job.as_slurm()), doc.priority, frozenset(doc.flags),
+                             owner=cluster)
+
+    associations: dict[AssocKey, AssocState] = {}
+    for assoc in await SlurmAssociation.find({"site": site.name}).to_list():
+        if assoc.account not in accounts:
+            notes.append(f"association {assoc.account}/{assoc.partition} skipped: no Slurm "
+                         "account for the group")
+            continue
+        missing = [q for q in assoc.qos if q not in qos_docs]
+        if missing:
+            notes.append(f"association {assoc.account}/{assoc.partition} skipped: unknown QOS "
+                         f"{', '.join(missing)}")
+            continue
+        if assoc.account in site.slurm.sticky:
+            roster = eligible
+        else:
+            roster = rosters.get(assoc.account, set()) & eligible
+        state = AssocState(frozenset(assoc.qos), assoc.default_qos)
+        for user in roster:
+            associations[AssocKey(user, assoc.account, assoc.partition)] = state
+
+    associated = {key.user for key in associations}
+    default_accounts: dict[str, str] = {}
+    if site.slurm.default_account:
+        default_accounts = {key.user: key.account for key in associations
+                            if key.account == site.slurm.default_account}
+
+    coordinators: dict[str, frozenset[str]] = {}
+    for name, account in accounts.items():
+        present = [c for c in account.coordinators if c in associated]
+        for skipped in sorted(set(account.coordinators) - set(present)):
+            notes.append(f"coordinator {skipped} of {name} skipped: not a Slurm user on "
+                         f"{cluster} (no association)")
+        coordinators[name] = frozenset(present)
+
+    return SlurmState(
+        cluster=cluster, qos=qos,
+        accounts={name: _account_state(a) for name, a in accounts.items()},
+        associations=associations, default_accounts=default_accounts,
+        coordinators=coordinators, notes=tuple(notes))

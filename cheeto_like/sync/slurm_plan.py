@@ -1,0 +1,327 @@
+"""The pure half of the Slurm sync: ``plan(desired, actual) -> Plan``.
+
+No I/O. The plan is an ordered list of batches (adds, modifies, default accounts,
+coordinators, then deletes) whose commands are already rendered as sacctmgr arguments.
+Commands that do the same thing to several entities are merged, so one
+``sacctmgr add user a,b,c account=… partition=… qos=… cluster=…`` replaces one process
+per user. Why this order: everything a later step needs exists first; default accounts
+move before deletes because sacctmgr refuses to delete a user's default association;
+deletes go last, associations before the QOS and accounts they use.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from .slurm_state import (
+    TRES,
+    AccountState,
+    AssocKey,
+    AssocState,
+    QOSState,
+    SlurmState,
+    owner_tag,
+    render_tres,
+)
+
+Kind = Literal["add", "modify", "default", "coordinator", "delete"]
+MAX_NAMES_PER_COMMAND = 100  # keeps command lines far below ARG_MAX and errors readable
+
+BATCH_ORDER: tuple[tuple[str, Kind], ...] = (
+    ("add qos", "add"),
+    ("modify qos", "modify"),
+    ("add accounts", "add"),
+    ("modify accounts", "modify"),
+    ("add associations", "add"),
+    ("modify associations", "modify"),
+    ("set default accounts", "default"),
+    ("add coordinators", "coordinator"),
+    ("remove coordinators", "coordinator"),
+    ("delete associations", "delete"),
+    ("delete qos", "delete"),
+    ("delete accounts", "delete"),
+)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One sacctmgr process: its arguments (without the binary and ``-i``) and the
+    entities it changes (for per-item outcomes and ``why``)."""
+
+    args: tuple[str, ...]
+    targets: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return " ".join(self.args)
+
+
+@dataclass(frozen=True)
+class Batch:
+    label: str
+    kind: Kind
+    commands: tuple[Command, ...]
+
+    @property
+    def items(self) -> int:
+        return sum(len(c.targets) for c in self.commands)
+
+
+@dataclass(frozen=True)
+class Plan:
+    cluster: str
+    batches: tuple[Batch, ...]
+    conflicts: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.batches
+
+    @property
+    def processes(self) -> int:
+        """How many sacctmgr processes applying this plan starts."""
+        return sum(len(b.commands) for b in self.batches)
+
+    @property
+    def deletions(self) -> list[str]:
+        return [t for b in self.batches if b.kind == "delete" for c in b.commands
+                for t in c.targets]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """items per batch label (entities changed, not processes)."""
+        return {b.label: b.items for b in self.batches}
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "cluster": self.cluster, "processes": self.processes,
+            "deletions": len(self.deletions), "counts": self.counts,
+            "conflicts": list(self.conflicts), "notes": list(self.notes),
+            "batches": [{"label": b.label, "kind": b.kind,
+                         "commands": [{"args": list(c.args), "targets": list(c.targets)}
+                                      for c in b.commands]} for b in self.batches],
+        }
+
+
+def _chunks(names: Sequence[str]) -> Iterable[list[str]]:
+    for start in range(0, len(names), MAX_NAMES_PER_COMMAND):
+        yield list(names[start:start + MAX_NAMES_PER_COMMAND])
+
+
+def _grouped[T: Hashable](items: Iterable[tuple[T, str]],
+                          build: Callable[[T, list[str]], Command]) -> list[Command]:
+    """Merge entities that take the same command: {shape: [names]} -> commands."""
+    by_shape: dict[T, list[str]] = defaultdict(list)
+    for shape, name in items:
+        by_shape[shape].append(name)
+    commands = []
+    for shape in sorted(by_shape, key=repr):
+        for chunk in _chunks(sorted(by_shape[shape])):
+            commands.append(build(shape, chunk))
+    return commands
+
+
+def _limit(value: int | None) -> str:
+    return "-1" if value is None else str(value)
+
+
+# -- QOS --------------------------------------------------------------------------------
+
+
+def _qos_tres_args(want: QOSState, have: QOSState | None) -> list[str]:
+    """TRES settings: desired keys, plus ``key=-1`` for keys only the actual side has
+    (sacctmgr merges TRES, so a stale key must be cleared explicitly)."""
+    args = []
+    for flag, wanted, current in (("GrpTRES", want.group, have.group if have else ()),
+                                  ("MaxTRESPerUser", want.user, have.user if have else ()),
+                                  ("MaxTRESPerJob", want.job, have.job if have else ())):
+        if have is not None and wanted == current:
+            continue
+        stale = tuple((k, -1) for k, _ in current if k not in dict(wanted))
+        value: TRES = tuple(sorted(wanted + stale))
+        if value:
+            args.append(f"{flag}={render_tres(value)}")
+    return args
+
+
+def _qos_shape(want: QOSState, have: QOSState | None, cluster: str) -> tuple[str, ...]:
+    args = _qos_tres_args(want, have)
+    if have is None or want.priority != have.priority:
+        args.append(f"Priority={want.priority}")
+    if have is None:
+        if want.flags:
+            args.append(f"Flags={','.join(sorted(want.flags))}")
+    elif want.flags != have.flags:
+        args.append(f"Flags={','.join(sorted(want.flags)) or '-1'}")
+    if have is None or have.owner != cluster:
+        args.append(f"Description={owner_tag(cluster)}")
+    return tuple(args)
+
+
+def _plan_qos(desired: SlurmState, actual: SlurmState,
+              conflicts: list[str]) -> tuple[list[Command], list[Command], list[Command]]:
+    cluster = desired.cluster
+    adds, modifies = [], []
+    for name, want in sorted(desired.qos.items()):
+        have = actual.qos.get(name)
+        if have is not None and have.owner not in (None, cluster):
+            conflicts.append(f"QOS {name!r} is managed by cluster {have.owner!r}; "
+                             "not touching it")
+            continue
+        if have is None:
+            adds.append((_qos_shape(want, None, cluster), name))
+        elif not want.limits_equal(have) or have.owner != cluster:
+            modifies.append((_qos_shape(want, have, cluster), name))
+    stale = [name for name, have in sorted(actual.qos.items())
+             if have.owner == cluster and name not in desired.qos]
+    add_cmds = _grouped(adds, lambda shape, names: Command(
+        ("add", "qos", ",".join(names), *shape), tuple(f"qos {n}" for n in names)))
+    mod_cmds = _grouped(modifies, lambda shape, names: Command(
+        ("modify", "qos", "where", f"name={','.join(names)}", "set", *shape),
+        tuple(f"qos {n}" for n in names)))
+    del_cmds = [Command(("remove", "qos", "where", f"name={','.join(chunk)}"),
+                        tuple(f"qos {n}" for n in chunk)) for chunk in _chunks(stale)]
+    return add_cmds, mod_cmds, del_cmds
+
+
+# -- accounts -----------------------------------------------------------------------------
+
+
+def _account_limits(want: AccountState) -> tuple[str, ...]:
+    return (f"MaxJobs={_limit(want.max_user_jobs)}", f"GrpJobs={_limit(want.max_group_jobs)}",
+            f"MaxSubmitJobs={_limit(want.max_submit_jobs)}",
+            f"MaxWall={_limit(want.max_wall_minutes)}")
+
+
+def _plan_accounts(desired: SlurmState,
+                   actual: SlurmState) -> tuple[list[Command], list[Command], list[Command]]:
+    cluster = desired.cluster
+    adds, modifies = [], []
+    for name, want in sorted(desired.accounts.items()):
+        have = actual.accounts.get(name)
+        if have is None:
+            adds.append((_account_limits(want), name))
+        elif have.limits != want.limits:
+            modifies.append((_account_limits(want), name))
+    stale = sorted(set(actual.accounts) - set(desired.accounts))
+    add_cmds = _grouped(adds, lambda shape, names: Command(
+        ("add", "account", ",".join(names), f"cluster={cluster}", *shape),
+        tuple(f"account {n}" for n in names)))
+    mod_cmds = _grouped(modifies, lambda shape, names: Command(
+        ("modify", "account", "where", f"name={','.join(names)}", f"cluster={cluster}",
+         "set", *shape), tuple(f"account {n}" for n in names)))
+    del_cmds = [Command(("remove", "account", "where", f"name={','.join(chunk)}",
+                         f"cluster={cluster}"), tuple(f"account {n}" for n in chunk))
+                for chunk in _chunks(stale)]
+    return add_cmds, mod_cmds, del_cmds
+
+
+# -- associations -------------------------------------------------------------------------
+
+
+def _assoc_settings(state: AssocState) -> tuple[str, ...]:
+    qos = ",".join(sorted(state.qos))
+    default = state.default_qos or min(state.qos)
+    return (f"qos={qos}", f"defaultqos={default}")
+
+
+def _plan_associations(desired: SlurmState, actual: SlurmState) -> tuple[
+        list[Command], list[Command], list[Command]]:
+    cluster = desired.cluster
+    adds, modifies = [], []
+    for key, want in desired.associations.items():
+        have = actual.associations.get(key)
+        shape = (key.account, key.partition, _assoc_settings(want))
+        if have is None:
+            adds.append((shape, key.user))
+        elif have.qos != want.qos or (want.default_qos or min(want.qos)) != have.default_qos:
+            modifies.append((shape, key.user))
+    stale = [((key.account, key.partition), key.user)
+             for key in actual.associations if key not in desired.associations]
+
+    def target(account: str, partition: str, names: list[str]) -> tuple[str, ...]:
+        return tuple(str(AssocKey(n, account, partition)) for n in names)
+
+    add_cmds = _grouped(adds, lambda shape, names: Command(
+        ("add", "user", ",".join(names), f"account={shape[0]}", f"partition={shape[1]}",
+         f"cluster={cluster}", *shape[2]), target(shape[0], shape[1], names)))
+    mod_cmds = _grouped(modifies, lambda shape, names: Command(
+        ("modify", "user", "where", f"name={','.join(names)}", f"account={shape[0]}",
+         f"partition={shape[1]}", f"cluster={cluster}", "set", *shape[2]),
+        target(shape[0], shape[1], names)))
+    del_cmds = _grouped(stale, lambda shape, names: Command(
+        ("remove", "user", "where", f"name={','.join(names)}", f"account={shape[0]}",
+         f"partition={shape[1]}", f"cluster={cluster}"), target(shape[0], shape[1], names)))
+    return add_cmds, mod_cmds, del_cmds
+
+
+def wanted_default_accounts(desired: SlurmState, actual: SlurmState) -> dict[str, str]:
+    """The default account every associated user should end up with.
+
+    The site's default account when the user has an association in it; else their
+    current default if they keep an association there; else the first of their accounts.
+    Every associated user gets one, so no delete can hit a default association.
+    """
+    wanted = {}
+    for user, accounts in desired.user_accounts().items():
+        site_default = desired.default_accounts.get(user)
+        current = actual.default_accounts.get(user)
+        if site_default in accounts:
+            wanted[user] = site_default
+        elif current in accounts:
+            wanted[user] = current
+        else:
+            wanted[user] = min(accounts)
+    return wanted
+
+
+def _plan_defaults(desired: SlurmState, actual: SlurmState) -> list[Command]:
+    cluster = desired.cluster
+    changes = [(account, user) for user, account in wanted_default_accounts(desired, actual).items()
+               if actual.default_accounts.get(user) != account]
+    return _grouped(changes, lambda account, names: Command(
+        ("modify", "user", "where", f"name={','.join(names)}", f"cluster={cluster}", "set",
+         f"defaultaccount={account}"), tuple(f"default {n}={account}" for n in names)))
+
+
+def _plan_coordinators(desired: SlurmState,
+                       actual: SlurmState) -> tuple[list[Command], list[Command]]:
+    adds, removes = [], []
+    for account in sorted(desired.accounts):
+        want = desired.coordinators.get(account, frozenset())
+        have = actual.coordinators.get(account, frozenset())
+        if missing := sorted(want - have):
+            adds.append(Command(("add", "coordinator", f"account={account}",
+                                 f"names={','.join(missing)}"),
+                                tuple(f"coordinator {account}:{n}" for n in missing)))
+        if extra := sorted(have - want):
+            removes.append(Command(("remove", "coordinator", f"account={account}",
+                                    f"names={','.join(extra)}"),
+                                   tuple(f"coordinator {account}:{n}" for n in extra)))
+    return adds, removes
+
+
+def plan(desired: SlurmState, actual: SlurmState) -> Plan:
+    """Everything that must change for ``actual`` to equal ``desired``, in order."""
+    if desired.cluster != actual.cluster:
+        raise ValueError(f"desired state is for {desired.cluster!r}, actual for "
+                         f"{actual.cluster!r}")
+    conflicts: list[str] = []
+    qos_add, qos_mod, qos_del = _plan_qos(desired, actual, conflicts)
+    acc_add, acc_mod, acc_del = _plan_accounts(desired, actual)
+    assoc_add, assoc_mod, assoc_del = _plan_associations(desired, actual)
+    defaults = _plan_defaults(desired, actual)
+    coord_add, coord_del = _plan_coordinators(desired, actual)
+    by_label = {
+        "add qos": qos_add, "modify qos": qos_mod, "add accounts": acc_add,
+        "modify accounts": acc_mod, "add associations": assoc_add,
+        "modify associations": assoc_mod, "set default accounts": defaults,
+        "add coordinators": coord_add, "remove coordinators": coord_del,
+        "delete associations": assoc_del, "delete qos": qos_del, "delete accounts": acc_del,
+    }
+    batches = tuple(Batch(label, kind, tuple(by_label[label]))
+                    for label, kind in BATCH_ORDER if by_label[label])
+    return Plan(desired.cluster, batches, tuple(conflicts), tuple(desired.notes))

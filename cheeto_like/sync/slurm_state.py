@@ -1,0 +1,96 @@
+"""The Slurm accounting state of one cluster, in one normalised shape for both sides.
+
+Desired (from the store) and actual (from sacctmgr) are parsed into these frozen
+dataclasses so that equal means equal: wall time in minutes, memory in whole megabytes,
+TRES as sorted (key, value) pairs with typed GRES kept as their own keys, QOS lists as
+sets. Anything unlimited is absent (TRES) or None (limits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# TRES: sorted ((key, value), …); a key that is absent is unlimited.
+TRES = tuple[tuple[str, int], ...]
+OWNER_PREFIX = "cheeto:"  # QOS Description tag marking which cluster manages a QOS
+
+
+def tres(values: Mapping[str, int]) -> TRES:
+    return tuple(sorted((k, int(v)) for k, v in values.items()))
+
+
+def render_tres(value: TRES) -> str:
+    """``cpu=8,mem=16384,gres/gpu=2``; sacctmgr takes memory in megabytes."""
+    return ",".join(f"{k}={v}" for k, v in value)
+
+
+def owner_tag(cluster: str) -> str:
+    return f"{OWNER_PREFIX}{cluster}"
+
+
+@dataclass(frozen=True)
+class QOSState:
+    name: str
+    group: TRES = ()
+    user: TRES = ()
+    job: TRES = ()
+    priority: int = 0
+    flags: frozenset[str] = frozenset()
+    owner: str | None = None  # cluster named by the Description tag, if any
+
+    def limits_equal(self, other: QOSState) -> bool:
+        return (self.group, self.user, self.job, self.priority, self.flags) == (
+            other.group, other.user, other.job, other.priority, other.flags)
+
+
+@dataclass(frozen=True)
+class AccountState:
+    name: str
+    max_user_jobs: int | None = None
+    max_group_jobs: int | None = None
+    max_submit_jobs: int | None = None
+    max_wall_minutes: int | None = None
+
+    @property
+    def limits(self) -> tuple[int | None, int | None, int | None, int | None]:
+        return (self.max_user_jobs, self.max_group_jobs, self.max_submit_jobs,
+                self.max_wall_minutes)
+
+
+@dataclass(frozen=True, order=True)
+class AssocKey:
+    """A per-user association: (user, account, partition)."""
+
+    user: str
+    account: str
+    partition: str
+
+    def __str__(self) -> str:
+        return f"{self.user}@{self.account}/{self.partition}"
+
+
+@dataclass(frozen=True)
+class AssocState:
+    qos: frozenset[str]
+    default_qos: str | None = None
+
+
+@dataclass(frozen=True)
+class SlurmState:
+    """One cluster's accounting as far as this project manages it."""
+
+    cluster: str
+    qos: Mapping[str, QOSState] = field(default_factory=dict)
+    accounts: Mapping[str, AccountState] = field(default_factory=dict)
+    associations: Mapping[AssocKey, AssocState] = field(default_factory=dict)
+    default_accounts: Mapping[str, str] = field(default_factory=dict)  # user -> account
+    coordinators: Mapping[str, frozenset[str]] = field(default_factory=dict)  # account -> users
+    notes: tuple[str, ...] = ()  # things the desired state could not include, and why
+
+    def user_accounts(self) -> dict[str, set[str]]:
+        """user -> accounts they have at least one association in."""
+        found: dict[str, set[str]] = {}
+        for key in self.associations:
+            found.setdefault(key.user, set()).add(key.account)
+        return found

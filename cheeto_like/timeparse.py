@@ -1,0 +1,68 @@
+"""Parse the times admins type: ISO 8601, relative offsets, and "clear".
+
+``+30d``, ``+6mo``, ``+1y``, ``+2w``, ``+12h``, ``+5min`` (a bare ``m`` is minutes) are
+offsets from now (``-7d`` looks back); naive ISO times are taken as UTC;
+``clear``/``none``/``null`` mean "remove the expiry".
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+from .errors import InvalidInput
+
+
+class _Clear:
+    """Sentinel: the admin asked to remove a time, as opposed to not giving one."""
+
+    def __repr__(self) -> str:
+        return "CLEAR"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+CLEAR: Final = _Clear()
+_RELATIVE = re.compile(r"^(?P<sign>[+-])(?P<n>\d+)\s*"
+                       r"(?P<unit>y|yr|years?|mo|months?|w|weeks?|d|days?|"
+                       r"h|hours?|m|min|mins|minutes?)$", re.IGNORECASE)
+
+
+def _add_months(base: datetime, months: int) -> datetime:
+    month_index = base.month - 1 + months
+    year, month = base.year + month_index // 12, month_index % 12 + 1
+    for day in range(base.day, 27, -1):  # clamp 31 Jan + 1mo to the end of February
+        try:
+            return base.replace(year=year, month=month, day=day)
+        except ValueError:
+            continue
+    return base.replace(year=year, month=month, day=min(base.day, 28))
+
+
+def parse_when(text: str, *, now: datetime | None = None) -> datetime | _Clear:
+    value = text.strip()
+    if value.lower() in ("clear", "none", "null"):
+        return CLEAR
+    now = now or datetime.now(UTC)
+    if m := _RELATIVE.match(value):
+        n, unit = int(m["n"]) * (1 if m["sign"] == "+" else -1), m["unit"].lower()
+        if unit.startswith("y"):
+            return _add_months(now, 12 * n)
+        if unit.startswith("mo"):
+            return _add_months(now, n)
+        if unit.startswith("w"):
+            return now + timedelta(weeks=n)
+        if unit.startswith("d"):
+            return now + timedelta(days=n)
+        if unit.startswith("h"):
+            return now + timedelta(hours=n)
+        return now + timedelta(minutes=n)
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidInput(f"cannot read time {text!r}: use ISO 8601 (2026-12-31 or "
+                           "2026-12-31T17:00), a relative +30d/+6mo/+1y/+2w/+12h/+5min, "
+                           "or 'clear'") from None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Install the Debian packages that the test-service harness (tests/services) needs:
+# Slurm accounting (munge + MariaDB + slurmdbd + sacctmgr), OpenLDAP (slapd + client tools),
+# the headers to build the `bonsai` LDAP client from its sdist, RabbitMQ and git.
+#
+# Only what is missing is installed, so a second run is quick and prints one summary line.
+# Presence is judged by a binary or header that each package provides, not by dpkg state,
+# because a half-configured package that still ships the file is good enough for tests.
+# The harness starts its own daemons; /usr/sbin/policy-rc.d keeps apt from starting any.
+set -euo pipefail
+
+# package -> file whose presence shows that the package is usable
+declare -A PROBE=(
+  [slurmdbd]=cmd:slurmdbd
+  [slurm-client]=cmd:sacctmgr
+  [munge]=cmd:munged
+  [mariadb-server]=cmd:mariadbd
+  [mariadb-client]=cmd:mariadb
+  [slapd]=cmd:slapd
+  [ldap-utils]=cmd:ldapadd
+  [libldap-dev]=file:/usr/include/ldap.h
+  [libsasl2-dev]=file:/usr/include/sasl/sasl.h
+  [gcc]=cmd:gcc
+  [rabbitmq-server]=file:/usr/lib/rabbitmq/bin/rabbitmq-server
+  [git]=cmd:git
+)
+# Install order is fixed so the apt command line is stable and readable.
+ORDER=(slurmdbd slurm-client munge mariadb-server mariadb-client slapd ldap-utils
+       libldap-dev libsasl2-dev gcc rabbitmq-server git)
+
+present() {  # $1: probe spec "cmd:NAME" or "file:PATH"
+  local kind=${1%%:*} what=${1#*:}
+  case $kind in
+    cmd) PATH="$PATH:/usr/sbin:/sbin" command -v "$what" >/dev/null 2>&1 ;;
+    file) [ -e "$what" ] ;;
+  esac
+}
+
+missing=()
+for pkg in "${ORDER[@]}"; do
+  present "${PROBE[$pkg]}" || missing+=("$pkg")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-system-deps: all ${#ORDER[@]} packages present"
+  exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+  SUDO=()
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+  SUDO=(sudo -n)
+else
+  echo "install-system-deps: need root or passwordless sudo to install: ${missing[*]}" >&2
+  exit 2
+fi
+
+# apt's chatter goes to a log that is shown only when something fails.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+apt_get() {
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "$@" >>"$log" 2>&1 || {
+    cat "$log" >&2
+    echo "install-system-deps: apt-get $1 failed (packages: ${missing[*]})" >&2
+    exit 1
+  }
+}
+start=$(date +%s)
+apt_get update -qq
+apt_get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-system-deps: installed ${missing[*]} in $(( $(date +%s) - start ))s"

@@ -1,0 +1,157 @@
+"""Session-wide fixtures: one store server per session, one database per test module.
+
+By default the store is the embedded nx-27017 server, started once per session on a free
+port. Set ``CHEETO_TEST_MONGO_URI`` (a replica set URI) to run the same suite on a real
+MongoDB instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import re
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
+from cheeto_like.constants import ACCESS_GROUP_NAMES, SPECIAL_GID_START, STATUS_GROUP_NAMES
+from cheeto_like.embedded import EmbeddedServer
+from cheeto_like.models import ALL_MODELS, Group
+from cheeto_like.store import Store, connect
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def mongo_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MongoConfig]:
+    """The store every test talks to: a real MongoDB via CHEETO_TEST_MONGO_URI, or a
+    session-wide embedded server (a failure to start fails the run)."""
+    if uri := os.environ.get("CHEETO_TEST_MONGO_URI"):
+        yield MongoConfig(uri=uri)
+        return
+    embedded = EmbeddedStoreConfig(path=tmp_path_factory.mktemp("store"), port=_free_port())
+    server = EmbeddedServer(embedded)
+    server.start_background()
+    try:
+        yield MongoConfig(embedded=embedded)
+    finally:
+        server.stop()
+
+
+def module_database(request: pytest.FixtureRequest) -> str:
+    name = re.sub(r"[^A-Za-z0-9_]", "_", request.module.__name__.removeprefix("tests."))
+    return f"t_{name}"[:63]
+
+
+@pytest.fixture(scope="module")
+async def store(mongo_config: MongoConfig, request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """This module's own database, empty, with every index in place."""
+    name = module_database(request)
+    connected = await connect(mongo_config, database=name, autostart=False, create_indexes=False)
+    await connected.client.drop_database(name)
+    await connected.bind()
+    try:
+        yield connected
+    finally:
+        await connected.close()
+
+
+async def seed_access_status(gid_start: int = SPECIAL_GID_START) -> None:
+    """Insert the standard access and status groups directly (no History row)."""
+    gid = gid_start
+    for kind, names in (("access", ACCESS_GROUP_NAMES), ("status", STATUS_GROUP_NAMES)):
+        for shorthand, name in names.items():
+            await Group(name=name, gid=gid, type=kind, shorthand=shorthand).insert()
+            gid += 1
+
+
+async def wipe() -> None:
+    for model in ALL_MODELS:
+        await model.get_pymongo_collection().delete_many({})
+
+
+@pytest.fixture
+async def db(store: Store) -> AsyncIterator[Store]:
+    """An empty database with the access/status groups seeded, for one test."""
+    await wipe()
+    await seed_access_status()
+    yield store
+
+
+@pytest.fixture
+async def empty_db(store: Store) -> AsyncIterator[Store]:
+    """A completely empty database (nothing seeded), for one test."""
+    await wipe()
+    yield store
+
+
+# -- the CLI, in process -----------------------------------------------------------------
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+    def yaml(self) -> Any:
+        return YAML(typ="safe").load(self.stdout)
+
+    @property
+    def error_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.strip()]
+
+
+Cli = Callable[..., Awaitable[CliResult]]
+
+
+@pytest.fixture(scope="module")
+def cli_config(mongo_config: MongoConfig, request: pytest.FixtureRequest,
+               tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A config file pointing the CLI at this module's database."""
+    block: dict[str, Any] = {"database": module_database(request)}
+    if mongo_config.uri:
+        block["uri"] = mongo_config.uri
+    else:
+        block["embedded"] = {"path": str(mongo_config.embedded.path),
+                             "port": mongo_config.embedded.port}
+    path = tmp_path_factory.mktemp("cli") / "config.yaml"
+    buffer = io.StringIO()
+    YAML(typ="safe").dump({"mongo": {"default": block}}, buffer)
+    path.write_text(buffer.getvalue())
+    return path
+
+
+@pytest.fixture
+def cli(store: Store, cli_config: Path) -> Cli:
+    """Run ``cheeto ARGS…`` in process against this module's database.
+
+    The command runs in a worker thread (it owns its event loop and client); afterwards
+    the document models are re-bound to the test's own store.
+    """
+    from cheeto_like.cli import main
+
+    async def run(*argv: str, stdin: str = "", config: Path | None = None) -> CliResult:
+        out, err = io.StringIO(), io.StringIO()
+        args = [*argv, "--config", str(config or cli_config)]
+        code = await asyncio.to_thread(main, args, stdout=out, stderr=err,
+                                       stdin=io.StringIO(stdin))
+        await store.bind(create_indexes=False)
+        return CliResult(code, out.getvalue(), err.getvalue())
+
+    return run

@@ -1,0 +1,1 @@
+"""Throwaway instances of the real services (slurmdbd, slapd, RabbitMQ) for tests."""

@@ -1,0 +1,64 @@
+"""Session-scoped pytest fixtures for the real services.
+
+Each service starts on first request (a session that never asks for one never pays for
+it), lives for the whole session under the session's tmp dir, and is killed at the end.
+A service that cannot start raises ServiceError, which pytest reports as an error in
+every test that needs it: integration tests must never silently skip.
+
+tests/services/conftest.py re-exports these for tests in this directory; elsewhere use
+`from tests.services.fixtures import slapd  # noqa: F401` (or list the module in a
+conftest's `pytest_plugins`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+import pytest
+
+from .ldap import Slapd
+from .rabbitmq import RabbitMQ
+from .slurm import SlurmAccounting
+
+__all__ = ["BRING_UP_TIMES", "rabbitmq", "slapd", "slurm_accounting"]
+
+# service name -> (seconds to ready, per-step timings); shown in the terminal summary
+BRING_UP_TIMES: dict[str, tuple[float, dict[str, float]]] = {}
+
+
+class _Service(Protocol):
+    startup_seconds: float
+    timings: dict[str, float]
+
+    def stop(self) -> None: ...
+
+
+def _serve[S: _Service](name: str, service: S) -> Iterator[S]:
+    """Yield an already started service, record its bring-up time, always stop it."""
+    BRING_UP_TIMES[name] = (service.startup_seconds, dict(service.timings))
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+@pytest.fixture(scope="session")
+def slurm_accounting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmAccounting]:
+    """munged + MariaDB + slurmdbd; use `.sacctmgr()`, `.env`, `.add_cluster()`, `.sql()`."""
+    service = SlurmAccounting(tmp_path_factory.mktemp("slurm")).start()
+    yield from _serve("slurm accounting", service)
+
+
+@pytest.fixture(scope="session")
+def slapd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slapd]:
+    """OpenLDAP with rfc2307bis + openssh-lpk; use `.uri`, `.root_dn`, `.ca_file`."""
+    service = Slapd(tmp_path_factory.mktemp("ldap")).start()
+    yield from _serve("slapd", service)
+
+
+@pytest.fixture(scope="session")
+def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitMQ]:
+    """An isolated RabbitMQ node (~5 s boot); use `.url` as the Celery broker."""
+    service = RabbitMQ(tmp_path_factory.mktemp("rabbitmq")).start()
+    yield from _serve("rabbitmq", service)

@@ -1,0 +1,247 @@
+"""The pure Slurm plan: ordering, batching, normalisation, and the reference defects fixed.
+
+Every case builds two ``SlurmState``s by hand and checks the rendered commands.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cheeto_like.sync.slurm_plan import BATCH_ORDER, MAX_NAMES_PER_COMMAND, plan
+from cheeto_like.sync.slurm_state import (
+    AccountState,
+    AssocKey,
+    AssocState,
+    QOSState,
+    SlurmState,
+    tres,
+)
+
+C = "farm"
+
+
+def state(**kw) -> SlurmState:
+    return SlurmState(cluster=C, **kw)
+
+
+def q(name: str, owner: str | None = C, **kw) -> QOSState:
+    return QOSState(name, owner=owner, **kw)
+
+
+def assoc(user: str, account: str = "lab", partition: str = "gpu") -> AssocKey:
+    return AssocKey(user, account, partition)
+
+
+A1 = AssocState(frozenset({"lab-qos"}), "lab-qos")
+
+
+def commands(p, label: str) -> list[str]:
+    return [str(c) for b in p.batches if b.label == label for c in b.commands]
+
+
+def test_identical_states_plan_nothing():
+    s = state(qos={"a": q("a", group=tres({"cpu": 8}))}, accounts={"lab": AccountState("lab")},
+              associations={assoc("alice"): A1}, default_accounts={"alice": "lab"})
+    actual = state(qos={"a": q("a", group=tres({"cpu": 8}))},
+                   accounts={"lab": AccountState("lab")},
+                   associations={assoc("alice"): A1}, default_accounts={"alice": "lab"})
+    p = plan(s, actual)
+    assert p.is_empty and p.processes == 0 and p.deletions == []
+
+
+def test_batch_order_is_adds_modifies_defaults_coordinators_deletes():
+    kinds = [kind for _, kind in BATCH_ORDER]
+    assert kinds == ["add", "modify", "add", "modify", "add", "modify", "default",
+                     "coordinator", "coordinator", "delete", "delete", "delete"]
+    desired = state(qos={"new": q("new"), "chg": q("chg", priority=5)},
+                    accounts={"lab": AccountState("lab", max_user_jobs=3),
+                              "new": AccountState("new")},
+                    associations={assoc("bob", "new"): AssocState(frozenset({"new"}), "new"),
+                                  assoc("alice"): AssocState(frozenset({"chg"}), "chg")},
+                    coordinators={"new": frozenset({"bob"})})
+    actual = state(qos={"chg": q("chg"), "old": q("old")}, accounts={"lab": AccountState("lab"),
+                                                                     "gone": AccountState("gone")},
+                   associations={assoc("alice"): AssocState(frozenset({"old"}), "old"),
+                                 assoc("carol", "gone"): AssocState(frozenset({"old"}), "old")},
+                   default_accounts={"alice": "lab", "carol": "gone"})
+    p = plan(desired, actual)
+    labels = [b.label for b in p.batches]
+    assert labels == ["add qos", "modify qos", "add accounts", "modify accounts",
+                      "add associations", "modify associations", "set default accounts",
+                      "add coordinators", "delete associations", "delete qos",
+                      "delete accounts"]
+    assert sorted(p.deletions) == ["account gone", "carol@gone/gpu", "qos old"]
+
+
+def test_add_users_with_the_same_association_in_one_process():
+    desired = state(accounts={"lab": AccountState("lab")},
+                    associations={assoc(u): A1 for u in ("alice", "bob", "carol")})
+    actual = state(accounts={"lab": AccountState("lab")})
+    p = plan(desired, actual)
+    assert commands(p, "add associations") == [
+        "add user alice,bob,carol account=lab partition=gpu cluster=farm qos=lab-qos "
+        "defaultqos=lab-qos"]
+    assert commands(p, "set default accounts") == [
+        "modify user where name=alice,bob,carol cluster=farm set defaultaccount=lab"]
+    assert p.processes == 2
+
+
+def test_batches_are_chunked():
+    users = [f"u{i:04d}" for i in range(MAX_NAMES_PER_COMMAND * 2 + 1)]
+    desired = state(accounts={"lab": AccountState("lab")},
+                    associations={assoc(u): A1 for u in users})
+    p = plan(desired, state(accounts={"lab": AccountState("lab")}))
+    adds = next(b for b in p.batches if b.label == "add associations")
+    assert [len(c.targets) for c in adds.commands] == [MAX_NAMES_PER_COMMAND,
+                                                       MAX_NAMES_PER_COMMAND, 1]
+
+
+def test_different_association_shapes_are_separate_commands():
+    desired = state(accounts={"lab": AccountState("lab")}, associations={
+        assoc("alice", partition="gpu"): A1, assoc("bob", partition="cpu"): A1,
+        assoc("carol", partition="gpu"): AssocState(frozenset({"lab-qos", "hi"}), "hi")})
+    p = plan(desired, state(accounts={"lab": AccountState("lab")}))
+    assert sorted(commands(p, "add associations")) == sorted([
+        "add user bob account=lab partition=cpu cluster=farm qos=lab-qos defaultqos=lab-qos",
+        "add user alice account=lab partition=gpu cluster=farm qos=lab-qos defaultqos=lab-qos",
+        "add user carol account=lab partition=gpu cluster=farm qos=hi,lab-qos defaultqos=hi",
+    ])
+
+
+def test_qos_sets_compare_as_sets_and_default_qos_counts():
+    desired = state(associations={assoc("alice"): AssocState(frozenset({"b", "a"}), "a")},
+                    accounts={"lab": AccountState("lab")})
+    same = state(associations={assoc("alice"): AssocState(frozenset({"a", "b"}), "a")},
+                 accounts={"lab": AccountState("lab")}, default_accounts={"alice": "lab"})
+    assert plan(desired, same).is_empty
+    other_default = state(associations={assoc("alice"): AssocState(frozenset({"a", "b"}), "b")},
+                          accounts={"lab": AccountState("lab")}, default_accounts={"alice": "lab"})
+    p = plan(desired, other_default)
+    assert commands(p, "modify associations") == [
+        "modify user where name=alice account=lab partition=gpu cluster=farm set qos=a,b "
+        "defaultqos=a"]
+
+
+def test_qos_add_renders_tres_priority_flags_and_owner_tag():
+    desired = state(qos={"q": q("q", group=tres({"cpu": 8, "mem": 16384, "gres/gpu": 2}),
+                                priority=10, flags=frozenset({"DenyOnLimit"}))})
+    p = plan(desired, state())
+    assert commands(p, "add qos") == [
+        "add qos q GrpTRES=cpu=8,gres/gpu=2,mem=16384 Priority=10 Flags=DenyOnLimit "
+        "Description=cheeto:farm"]
+
+
+def test_unlimited_qos_add_omits_tres():
+    p = plan(state(qos={"q": q("q")}), state())
+    assert commands(p, "add qos") == ["add qos q Priority=0 Description=cheeto:farm"]
+
+
+def test_qos_modify_clears_stale_tres_keys_and_flags():
+    desired = state(qos={"q": q("q", group=tres({"cpu": 8}))})
+    actual = state(qos={"q": q("q", group=tres({"cpu": 4, "gres/gpu:a100": 2, "node": 1}),
+                               flags=frozenset({"NoDecay"}))})
+    p = plan(desired, actual)
+    assert commands(p, "modify qos") == [
+        "modify qos where name=q set GrpTRES=cpu=8,gres/gpu:a100=-1,node=-1 Flags=-1"]
+
+
+def test_identical_qos_modifications_merge():
+    desired = state(qos={n: q(n, priority=3) for n in ("a", "b")})
+    actual = state(qos={n: q(n, priority=1) for n in ("a", "b")})
+    assert commands(plan(desired, actual), "modify qos") == [
+        "modify qos where name=a,b set Priority=3"]
+
+
+def test_qos_of_another_cluster_is_a_conflict_not_a_change():
+    desired = state(qos={"shared": q("shared", priority=5)})
+    actual = state(qos={"shared": q("shared", owner="hive"), "theirs": q("theirs", owner="hive"),
+                        "normal": q("normal", owner=None)})
+    p = plan(desired, actual)
+    assert p.is_empty
+    assert p.conflicts == ("QOS 'shared' is managed by cluster 'hive'; not touching it",)
+
+
+def test_untagged_qos_is_adopted_not_deleted():
+    desired = state(qos={"adopt": q("adopt")})
+    actual = state(qos={"adopt": q("adopt", owner=None), "manual": q("manual", owner=None)})
+    p = plan(desired, actual)
+    assert commands(p, "modify qos") == ["modify qos where name=adopt set "
+                                         "Description=cheeto:farm"]
+    assert p.deletions == []
+
+
+def test_owned_stale_qos_is_deleted():
+    p = plan(state(), state(qos={"old": q("old"), "x": q("x", owner="hive")}))
+    assert commands(p, "delete qos") == ["remove qos where name=old"]
+
+
+def test_account_limits_modify_and_unlimited_renders_minus_one():
+    desired = state(accounts={"lab": AccountState("lab", max_user_jobs=10,
+                                                  max_wall_minutes=10080)})
+    actual = state(accounts={"lab": AccountState("lab", max_group_jobs=5)})
+    assert commands(plan(desired, actual), "modify accounts") == [
+        "modify account where name=lab cluster=farm set MaxJobs=10 GrpJobs=-1 "
+        "MaxSubmitJobs=-1 MaxWall=10080"]
+
+
+def test_new_accounts_with_equal_limits_share_a_command():
+    desired = state(accounts={n: AccountState(n) for n in ("a", "b", "c")})
+    assert commands(plan(desired, state()), "add accounts") == [
+        "add account a,b,c cluster=farm MaxJobs=-1 GrpJobs=-1 MaxSubmitJobs=-1 MaxWall=-1"]
+
+
+def test_stale_associations_are_deleted_per_account_partition():
+    actual = state(accounts={"lab": AccountState("lab")},
+                   associations={assoc("a"): A1, assoc("b"): A1, assoc("c", partition="cpu"): A1})
+    p = plan(state(accounts={"lab": AccountState("lab")}), actual)
+    assert sorted(commands(p, "delete associations")) == [
+        "remove user where name=a,b account=lab partition=gpu cluster=farm",
+        "remove user where name=c account=lab partition=cpu cluster=farm"]
+    assert len(p.deletions) == 3
+
+
+def test_default_account_prefers_site_default_then_current_then_first():
+    accounts = {n: AccountState(n) for n in ("a", "b", "z")}
+    desired = state(accounts=accounts, associations={
+        assoc("u1", "a"): A1, assoc("u1", "b"): A1,
+        assoc("u2", "b"): A1, assoc("u2", "z"): A1,
+        assoc("u3", "z"): A1, assoc("u3", "b"): A1},
+        default_accounts={"u1": "a"})
+    actual = state(accounts=accounts, default_accounts={"u1": "b", "u2": "z", "u3": "gone"})
+    p = plan(desired, actual)
+    assert sorted(commands(p, "set default accounts")) == [
+        "modify user where name=u1 cluster=farm set defaultaccount=a",
+        "modify user where name=u3 cluster=farm set defaultaccount=b"]
+
+
+def test_default_change_is_not_a_deletion():
+    desired = state(accounts={"lab": AccountState("lab")}, associations={assoc("a"): A1},
+                    default_accounts={"a": "lab"})
+    actual = state(accounts={"lab": AccountState("lab")}, associations={assoc("a"): A1},
+                   default_accounts={"a": "other"})
+    p = plan(desired, actual)
+    assert p.deletions == [] and commands(p, "set default accounts")
+
+
+def test_coordinators_added_and_removed():
+    accounts = {"lab": AccountState("lab")}
+    desired = state(accounts=accounts, coordinators={"lab": frozenset({"alice", "bob"})})
+    actual = state(accounts=accounts, coordinators={"lab": frozenset({"bob", "carol"})})
+    p = plan(desired, actual)
+    assert commands(p, "add coordinators") == ["add coordinator account=lab names=alice"]
+    assert commands(p, "remove coordinators") == ["remove coordinator account=lab names=carol"]
+    assert p.deletions == []
+
+
+def test_counts_report_items_and_processes():
+    desired = state(accounts={"lab": AccountState("lab")},
+                    associations={assoc(u): A1 for u in ("a", "b")})
+    p = plan(desired, state(accounts={"lab": AccountState("lab")}))
+    assert p.counts == {"add associations": 2, "set default accounts": 2}
+    assert p.processes == 2
+    assert p.as_dict()["processes"] == 2
+
+
+def test_cluster_mismatch_is_refused():
+    with pytest.raises(ValueError):
+        plan(state(), SlurmState(cluster="hive"))

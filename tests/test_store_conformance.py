@@ -1,0 +1,490 @@
+"""Every MongoDB behaviour the project relies on (DESIGN §5), pinned on whichever store the
+suite runs against (the embedded nx-27017 server, or a real MongoDB via
+CHEETO_TEST_MONGO_URI).
+
+When code needs a new query or update shape, add it here first. Covered: unique and
+compound unique indexes, the partial unique index on (type, shorthand), transaction commit,
+abort and rollback on a duplicate key, the filters (equality, ``$in``, ``$ne: None``,
+``$or``, range + sort + limit, array-element equality, dotted paths), the updates
+(``$set``, ``$currentDate``, ``update_many`` with ``array_filters`` on top-level and nested
+lists), deletes and counts, tz-aware UTC datetimes, the transaction lock across processes,
+and racing creates of the same name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import sys
+import textwrap
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from beanie.operators import In
+from pymongo.errors import DuplicateKeyError
+
+from cheeto_like.config import MongoConfig
+from cheeto_like.errors import AlreadyExists
+from cheeto_like.models import Group, GroupMembership, History, Site, User, UserSiteInfo
+from cheeto_like.operations.site import CreateSite
+from cheeto_like.operations.user import CreateUser
+
+from .factories import AUTHOR
+
+
+def user_doc(name: str, uid: int, **extra: object) -> User:
+    return User(name=name, email=f"{name}@example.org", uid=uid, gid=uid,
+                fullname=f"{name} Tester", home_directory=f"/home/{name}", **extra)
+
+
+class Boom(Exception):
+    """Raised on purpose inside a transaction."""
+
+
+# -- unique indexes ------------------------------------------------------------------------
+
+
+async def test_unique_index_refuses_second_user_with_same_name(empty_db):
+    await user_doc("alice", 1001).insert()
+    with pytest.raises(DuplicateKeyError):
+        await user_doc("alice", 1002).insert()
+    assert await User.find(User.name == "alice").count() == 1
+
+
+async def test_unique_index_refuses_second_user_with_same_uid(empty_db):
+    await user_doc("alice", 1001).insert()
+    with pytest.raises(DuplicateKeyError):
+        await user_doc("bob", 1001).insert()
+
+
+async def test_unique_indexes_on_group_name_and_gid(empty_db):
+    await Group(name="lab", gid=5000).insert()
+    with pytest.raises(DuplicateKeyError):
+        await Group(name="lab", gid=5001).insert()
+    with pytest.raises(DuplicateKeyError):
+        await Group(name="lab2", gid=5000).insert()
+
+
+async def test_unique_index_on_site_name(empty_db):
+    await Site(name="farm", fqdn="farm.example.org").insert()
+    with pytest.raises(DuplicateKeyError):
+        await Site(name="farm", fqdn="other.example.org").insert()
+
+
+async def test_compound_unique_index_refuses_only_the_full_key(empty_db):
+    await GroupMembership(user="alice", group="lab", site="farm", roles=["member"]).insert()
+    # any two of the three may repeat
+    await GroupMembership(user="alice", group="lab", site="hive", roles=["member"]).insert()
+    await GroupMembership(user="bob", group="lab", site="farm", roles=["member"]).insert()
+    await GroupMembership(user="alice", group="lab2", site="farm", roles=["member"]).insert()
+    with pytest.raises(DuplicateKeyError):
+        await GroupMembership(user="alice", group="lab", site="farm", roles=["sponsor"]).insert()
+    await UserSiteInfo(user="alice", site="farm").insert()
+    with pytest.raises(DuplicateKeyError):
+        await UserSiteInfo(user="alice", site="farm").insert()
+
+
+async def test_partial_unique_index_lets_plain_groups_share_a_null_shorthand(empty_db):
+    for i in range(3):
+        await Group(name=f"plain{i}", gid=7000 + i).insert()
+    raw = await Group.get_pymongo_collection().find_one({"name": "plain0"})
+    assert "shorthand" in raw and raw["shorthand"] is None
+    assert await Group.find(Group.type == "group").count() == 3
+
+
+async def test_partial_unique_index_refuses_two_access_groups_with_one_shorthand(empty_db):
+    await Group(name="sudo-users", gid=1, type="access", shorthand="sudo").insert()
+    # the same shorthand under the other type is a different key
+    await Group(name="sudo-status", gid=2, type="status", shorthand="sudo").insert()
+    with pytest.raises(DuplicateKeyError):
+        await Group(name="sudoers", gid=3, type="access", shorthand="sudo").insert()
+
+
+# -- transactions --------------------------------------------------------------------------
+
+
+async def test_transaction_commit_makes_writes_visible(empty_db):
+    async with empty_db.session(transaction=True) as session:
+        await Site(name="farm", fqdn="farm.example.org").insert(session=session)
+        await user_doc("alice", 1001).insert(session=session)
+        assert await Site.find_one(Site.name == "farm", session=session) is not None
+    assert await Site.find_one(Site.name == "farm") is not None
+    assert await User.find_one(User.name == "alice") is not None
+
+
+async def test_transaction_abort_discards_every_write(empty_db):
+    await Site(name="keep", fqdn="keep.example.org").insert()
+    with pytest.raises(Boom):
+        async with empty_db.session(transaction=True) as session:
+            await Site(name="farm", fqdn="farm.example.org").insert(session=session)
+            await user_doc("alice", 1001).insert(session=session)
+            await Site.find(Site.name == "keep", session=session).delete(session=session)
+            raise Boom
+    assert await Site.find_one(Site.name == "farm") is None
+    assert await User.find_one(User.name == "alice") is None
+    assert await Site.find_one(Site.name == "keep") is not None
+
+
+async def test_duplicate_key_inside_a_transaction_rolls_back_its_earlier_inserts(empty_db):
+    await user_doc("taken", 1).insert()
+    with pytest.raises(DuplicateKeyError):
+        async with empty_db.session(transaction=True) as session:
+            await Site(name="farm", fqdn="farm.example.org").insert(session=session)
+            await user_doc("alice", 1001).insert(session=session)
+            await user_doc("taken", 1002).insert(session=session)
+    assert await Site.find_one(Site.name == "farm") is None
+    assert await User.find_one(User.name == "alice") is None
+    assert await User.find(User.name == "taken").count() == 1
+
+
+# -- filters ---------------------------------------------------------------------------------
+
+
+async def test_filters_equality_in_and_ne_none(empty_db):
+    await user_doc("alice", 1, status="active").insert()
+    await user_doc("bob", 2, status=None).insert()
+    await user_doc("carol", 3, status="inactive").insert()
+    found = await User.find(In(User.name, ["alice", "carol", "nobody"])).sort(+User.name).to_list()
+    assert [u.name for u in found] == ["alice", "carol"]
+    assert await User.find(In(User.name, [])).count() == 0
+    with_status = await User.find({"status": {"$ne": None}}).sort(+User.name).to_list()
+    assert [u.name for u in with_status] == ["alice", "carol"]
+    combined = await User.find({"name": {"$in": ["alice", "bob"]},
+                                "status": {"$ne": None}}).to_list()
+    assert [u.name for u in combined] == ["alice"]
+
+
+async def test_filter_or_over_name_fqdn_and_alias_array(empty_db):
+    await Site(name="farm", fqdn="farm.example.org", aliases=["caesfarm"]).insert()
+    await Site(name="hive", fqdn="hive.example.org").insert()
+
+    async def lookup(value: str) -> str | None:
+        site = await Site.find_one({"$or": [{"name": value}, {"fqdn": value},
+                                            {"aliases": value}]})
+        return site.name if site else None
+
+    assert await lookup("farm") == "farm"
+    assert await lookup("hive.example.org") == "hive"
+    assert await lookup("caesfarm") == "farm"
+    assert await lookup("nope") is None
+
+
+async def test_range_sort_descending_and_limit_pick_the_top_of_a_band(empty_db):
+    for uid in (10, 2_000_000_005, 2_000_000_007, 3_000_000_001, 4_000_000_000):
+        await user_doc(f"u{uid}", uid).insert()
+    top = await User.find(User.uid >= 2_000_000_000, User.uid < 3_000_000_000).sort(
+        -User.uid).limit(1).to_list()
+    assert [u.uid for u in top] == [2_000_000_007]
+    empty = await User.find(User.uid >= 5, User.uid < 10).sort(-User.uid).limit(1).to_list()
+    assert empty == []
+
+
+async def test_in_on_an_indexed_array_field_matches_any_element(empty_db):
+    """Array fields are matched with ``$in: [value]`` (``In(field, [value])``), alone or
+    next to other conditions. Plain equality is not portable: whenever the embedded
+    store's planner uses the index on the array field, it matches nothing."""
+    await GroupMembership(user="a", group="lab", site="farm", roles=["member", "sponsor"]).insert()
+    await GroupMembership(user="b", group="lab", site="farm", roles=["sponsor"]).insert()
+    await GroupMembership(user="c", group="lab", site="farm", roles=["member"]).insert()
+    await GroupMembership(user="a", group="lab2", site="hive", roles=["member"]).insert()
+    members = await GroupMembership.find(GroupMembership.group == "lab",
+                                         GroupMembership.site == "farm",
+                                         In(GroupMembership.roles, ["member"])).to_list()
+    assert sorted(m.user for m in members) == ["a", "c"]
+    mine = await GroupMembership.find(GroupMembership.user == "a",
+                                      In(GroupMembership.roles, ["member"])).to_list()
+    assert sorted(m.group for m in mine) == ["lab", "lab2"]
+    anywhere = await GroupMembership.find(In(GroupMembership.roles, ["sponsor"])).to_list()
+    assert sorted(m.user for m in anywhere) == ["a", "b"]
+
+    await user_doc("x", 1, access=["login-ssh", "slurm"]).insert()
+    await user_doc("y", 2, access=["slurm"]).insert()
+    await user_doc("z", 3).insert()
+    assert [u.name for u in await User.find({"access": {"$in": ["login-ssh"]}}).to_list()] == ["x"]
+    both = await User.find({"access": {"$in": ["slurm"]}}).sort(+User.name).to_list()
+    assert [u.name for u in both] == ["x", "y"]
+    anded = await User.find({"$and": [{"type": "user"}, {"access": {"$in": ["slurm"]}}]}).to_list()
+    assert sorted(u.name for u in anded) == ["x", "y"]
+    ored = await User.find({"$or": [{"name": "z"}, {"access": {"$in": ["login-ssh"]}}]}).to_list()
+    assert sorted(u.name for u in ored) == ["x", "z"]
+
+
+async def test_equality_on_a_nested_array_by_dotted_path(empty_db):
+    site = Site(name="farm", fqdn="farm.example.org")
+    site.group.sticky = ["lab", "all"]
+    await site.insert()
+    await Site(name="hive", fqdn="hive.example.org").insert()
+    assert [s.name for s in await Site.find({"group.sticky": "all"}).to_list()] == ["farm"]
+    assert await Site.find({"group.sticky": "none"}).count() == 0
+
+
+async def test_find_with_several_beanie_conditions_is_an_and(empty_db):
+    await UserSiteInfo(user="alice", site="farm").insert()
+    await UserSiteInfo(user="alice", site="hive").insert()
+    await UserSiteInfo(user="bob", site="farm").insert()
+    found = await UserSiteInfo.find(UserSiteInfo.user == "alice",
+                                    UserSiteInfo.site == "farm").to_list()
+    assert [(u.user, u.site) for u in found] == [("alice", "farm")]
+
+
+# -- updates ---------------------------------------------------------------------------------
+
+
+async def test_set_update_on_a_query_and_modified_count(empty_db):
+    await UserSiteInfo(user="alice", site="farm", status="inactive").insert()
+    await UserSiteInfo(user="alice", site="hive", status=None).insert()
+    await UserSiteInfo(user="bob", site="farm", status="active").insert()
+    result = await UserSiteInfo.find({"user": {"$in": ["alice"]},
+                                      "status": {"$ne": None}}).update({"$set": {"status": None}})
+    assert result.modified_count == 1
+    rows = {(u.user, u.site): u.status for u in await UserSiteInfo.find_all().to_list()}
+    assert rows == {("alice", "farm"): None, ("alice", "hive"): None, ("bob", "farm"): "active"}
+
+
+async def test_current_date_sets_a_tz_aware_datetime_at_a_dotted_path(empty_db):
+    """``mark_ldap_dirty`` relies on this; ``$set`` of a datetime at a path is not portable
+    (the embedded store stores it as a string)."""
+    user = user_doc("alice", 1)
+    await user.insert()
+    before = (await User.find_one(User.name == "alice")).ldap.modified_at
+    await asyncio.sleep(0.01)
+    await User.find(In(User.name, ["alice"])).update({"$currentDate": {"ldap.modified_at": True}})
+    raw = await User.get_pymongo_collection().find_one({"name": "alice"})
+    assert isinstance(raw["ldap"]["modified_at"], datetime)
+    assert raw["ldap"]["modified_at"].tzinfo is not None
+    assert raw["ldap"]["fingerprint"] == user.ldap.fingerprint  # siblings untouched
+    assert (await User.find_one(User.name == "alice")).ldap.modified_at > before
+
+
+async def test_array_filters_rewrite_the_matching_element_of_an_indexed_list(empty_db):
+    """The rename cascade's list update (coordinators and target_groups are indexed)."""
+    from cheeto_like.models import SlurmAccount
+
+    coll = SlurmAccount.get_pymongo_collection()
+    await SlurmAccount(group="lab", site="farm", coordinators=["a", "b"]).insert()
+    await SlurmAccount(group="lab", site="hive", coordinators=["b"]).insert()
+    result = await coll.update_many({"coordinators": {"$in": ["a"]}},
+                                    {"$set": {"coordinators.$[ref]": "z"}},
+                                    array_filters=[{"ref": "a"}])
+    assert result.modified_count == 1
+    assert (await coll.find_one({"site": "farm"}))["coordinators"] == ["z", "b"]
+    assert (await coll.find_one({"site": "hive"}))["coordinators"] == ["b"]
+
+
+async def test_array_filters_rewrite_repeated_elements(empty_db):
+    coll = empty_db.database["conformance_probe"]
+    await coll.delete_many({})
+    await coll.insert_one({"_id": "x", "refs": ["a", "b", "a"]})
+    await coll.update_many({"refs": {"$in": ["a"]}}, {"$set": {"refs.$[ref]": "z"}},
+                           array_filters=[{"ref": "a"}])
+    assert (await coll.find_one({"_id": "x"}))["refs"] == ["z", "b", "z"]
+    await coll.drop()
+
+
+async def test_array_filters_on_a_nested_dotted_list(empty_db):
+    coll = Site.get_pymongo_collection()
+    farm = Site(name="farm", fqdn="farm.example.org")
+    farm.group.sticky = ["old", "keep"]
+    await farm.insert()
+    hive = Site(name="hive", fqdn="hive.example.org")
+    hive.group.sticky = ["keep"]
+    await hive.insert()
+    result = await coll.update_many({"group.sticky": {"$in": ["old"]}},
+                                    {"$set": {"group.sticky.$[ref]": "new"}},
+                                    array_filters=[{"ref": "old"}])
+    assert result.modified_count == 1
+    assert (await coll.find_one({"name": "farm"}))["group"]["sticky"] == ["new", "keep"]
+    assert (await coll.find_one({"name": "hive"}))["group"]["sticky"] == ["keep"]
+    # the surrounding sub-document keeps its other fields
+    assert (await Site.find_one(Site.name == "farm")).slurm.sticky == []
+
+
+async def test_set_on_a_nested_scalar_field(empty_db):
+    coll = Site.get_pymongo_collection()
+    site = Site(name="farm", fqdn="farm.example.org")
+    site.slurm.sticky = ["old"]
+    site.slurm.default_account = "old"
+    await site.insert()
+    await coll.update_many({"slurm.sticky": {"$in": ["old"]}},
+                           {"$set": {"slurm.sticky.$[ref]": "new"}},
+                           array_filters=[{"ref": "old"}])
+    result = await coll.update_many({"slurm.default_account": "old"},
+                                    {"$set": {"slurm.default_account": "new"}})
+    assert result.modified_count == 1
+    slurm = (await Site.find_one(Site.name == "farm")).slurm
+    assert (slurm.sticky, slurm.default_account) == (["new"], "new")
+
+
+async def test_beanie_save_replaces_the_document_keeping_datetimes(empty_db):
+    when = datetime(2031, 5, 6, 7, 8, 9, 123000, tzinfo=UTC)
+    await user_doc("alice", 1, expires_at=when).insert()
+    user = await User.find_one(User.name == "alice")
+    user.comments.append("hello")
+    await user.save()
+    raw = await User.get_pymongo_collection().find_one({"name": "alice"})
+    assert raw["comments"] == ["hello"]
+    assert raw["expires_at"] == when
+    assert isinstance(raw["updated_at"], datetime)
+
+
+async def test_delete_many_and_count(empty_db):
+    for site in ("farm", "farm", "hive"):
+        await GroupMembership(user=f"u{await GroupMembership.count()}", group="lab", site=site,
+                              roles=["member"]).insert()
+    assert await GroupMembership.find({"site": "farm"}).count() == 2
+    result = await GroupMembership.find({"site": "farm"}).delete()
+    assert result.deleted_count == 2
+    assert await GroupMembership.count() == 1
+    assert await GroupMembership.find({"site": "nowhere"}).count() == 0
+
+
+# -- datetimes -------------------------------------------------------------------------------
+
+
+async def test_datetimes_round_trip_as_tz_aware_utc_with_millisecond_precision(empty_db):
+    when = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    await user_doc("alice", 1, expires_at=when).insert()
+    back = (await User.find_one(User.name == "alice")).expires_at
+    assert back.tzinfo is not None and back.utcoffset() == timedelta(0)
+    assert back == when.replace(microsecond=678000)
+
+
+async def test_datetime_from_another_zone_is_stored_as_the_same_instant(empty_db):
+    from datetime import timezone
+    pacific = timezone(timedelta(hours=-8))
+    when = datetime(2030, 1, 2, 3, 0, tzinfo=pacific)
+    await History(op="probe", timestamp=when).insert()
+    back = (await History.find_one(History.op == "probe")).timestamp
+    assert back == when and back.utcoffset() == timedelta(0)
+    assert back.hour == 11
+
+
+async def test_datetime_range_filter_is_inclusive_with_gte_and_lte(empty_db):
+    base = datetime(2030, 1, 1, tzinfo=UTC)
+    for i in range(5):
+        await History(op=f"op{i}", timestamp=base + timedelta(minutes=i)).insert()
+    rows = await History.find({"timestamp": {"$gte": base + timedelta(minutes=1),
+                                             "$lte": base + timedelta(minutes=3)}}).sort(
+        -History.timestamp).to_list()
+    assert [r.op for r in rows] == ["op3", "op2", "op1"]
+
+
+# -- concurrency -----------------------------------------------------------------------------
+
+WORKER = textwrap.dedent("""
+    import asyncio, json, sys
+
+    from cheeto_like.config import MongoConfig
+    from cheeto_like.models import Site
+    from cheeto_like.operations.site import CreateSite
+    from cheeto_like.store import connect
+
+
+    class Boom(Exception):
+        pass
+
+
+    async def main(config_json, database, tag, rounds):
+        store = await connect(MongoConfig.model_validate_json(config_json), database=database,
+                              autostart=False, create_indexes=False)
+        print("ready", flush=True)
+        aborted = 0
+        try:
+            for i in range(rounds):
+                await CreateSite.run(store, tag, name=f"{tag}-ok-{i}",
+                                     fqdn=f"{tag}-ok-{i}.example.org")
+                try:
+                    async with store.session(transaction=True) as session:
+                        await Site(name=f"{tag}-bad-{i}",
+                                   fqdn=f"{tag}-bad-{i}.example.org").insert(session=session)
+                        await asyncio.sleep(0.002)
+                        raise Boom
+                except Boom:
+                    aborted += 1
+        finally:
+            await store.close()
+        print(json.dumps({"tag": tag, "aborted": aborted}))
+
+
+    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])))
+""")
+
+
+async def _run_rounds(store, tag: str, rounds: int) -> None:
+    for i in range(rounds):
+        await CreateSite.run(store, tag, name=f"{tag}-ok-{i}", fqdn=f"{tag}-ok-{i}.example.org")
+        with pytest.raises(Boom):
+            async with store.session(transaction=True) as session:
+                await Site(name=f"{tag}-bad-{i}",
+                           fqdn=f"{tag}-bad-{i}.example.org").insert(session=session)
+                await asyncio.sleep(0.002)
+                raise Boom
+
+
+async def test_concurrent_processes_commits_survive_and_aborts_vanish(
+        empty_db, mongo_config: MongoConfig, tmp_path: Path):
+    """Two OS processes and this one run committing and aborting transactions at once.
+
+    On the embedded store this exercises the cross-process transaction lock (without it,
+    an abort can undo another client's commit); on MongoDB, transaction isolation.
+    """
+    rounds = 15
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    database = empty_db.database.name
+    procs = [await asyncio.create_subprocess_exec(
+        sys.executable, str(script), mongo_config.model_dump_json(), database, tag, str(rounds),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        for tag in ("pa", "pb")]
+    for proc in procs:  # both are connected and about to start: run alongside them
+        assert await asyncio.wait_for(proc.stdout.readline(), 30) == b"ready\n"
+    await _run_rounds(empty_db, "main", rounds)
+    outputs = [await proc.communicate() for proc in procs]
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err.decode()
+        assert json.loads(out)["aborted"] == rounds
+
+    names = {s.name for s in await Site.find_all().to_list()}
+    expected = {f"{tag}-ok-{i}" for tag in ("pa", "pb", "main") for i in range(rounds)}
+    assert names == expected
+    rows = await History.find(History.op == "create_site").to_list()
+    assert sorted(r.changes["site"] for r in rows) == sorted(expected)
+    assert {r.author for r in rows} == {"pa", "pb", "main"}
+
+
+async def test_embedded_store_transactions_hold_the_cross_process_file_lock(empty_db):
+    """The lock is what serialises transactions on the embedded store; MongoDB needs none."""
+    if not empty_db.is_embedded:
+        assert empty_db.lock is None
+        return
+
+    def try_flock() -> bool:
+        fd = os.open(empty_db.lock.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+
+    async with empty_db.session(transaction=True):
+        assert not try_flock()  # what another process would see
+    assert try_flock()
+
+
+async def test_racing_creates_of_one_user_name_yield_one_winner_and_one_history_row(db):
+    results = await asyncio.gather(
+        CreateUser.run(db, AUTHOR, name="alice", uid=5001, email="a@example.org",
+                       fullname="Alice One"),
+        CreateUser.run(db, AUTHOR, name="alice", uid=5002, email="b@example.org",
+                       fullname="Alice Two"),
+        return_exceptions=True)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert len(errors) == 1 and isinstance(errors[0], AlreadyExists), results
+    assert await User.find(User.name == "alice").count() == 1
+    assert await Group.find(Group.name == "alice").count() == 1
+    assert await History.find(History.op == "create_user").count() == 1
