@@ -111,7 +111,8 @@ async def main() -> None:
         server = None
         if opts.mongo_uri:
             mongo = MongoConfig(uri=opts.mongo_uri, database=DATABASE)
-            config_text = f"mongo:\n  default:\n    uri: {opts.mongo_uri}\n    database: {DATABASE}\n"
+            config_text = (f"mongo:\n  default:\n    uri: {opts.mongo_uri}\n"
+                           f"    database: {DATABASE}\n")
         else:
             embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=_free_port())
             server = EmbeddedServer(embedded)

@@ -2,6 +2,11 @@
 says exactly what happened (exit code, output, duration, timeout) instead of raising
 halfway through an apply.
 
+Every call passes ``-i``: without it writes (and some reads) prompt, and with stdin
+closed sacctmgr loops forever. A call only counts as successful with exit code 0 *and* an
+empty stderr, because sacctmgr reports several refusals with exit code 0
+(docs/sacctmgr-notes.md §0).
+
 This uses asyncio subprocesses rather than ``sh`` (DESIGN §1 names ``sh``): a timeout
 here kills the process and still returns its output, and there is one less dependency.
 """
@@ -30,7 +35,7 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0
+        return self.returncode == 0 and not self.stderr.strip()
 
     @property
     def timed_out(self) -> bool:
@@ -64,10 +69,14 @@ class SAcctMgr:
         return {**os.environ, **self.env}
 
     def argv(self, args: Sequence[str], *, write: bool) -> list[str]:
-        """``-i`` commits writes without a prompt; reads are ``-P -n`` (parsable, no
-        header) and name their columns in ``args``."""
-        base = [*(["sudo", "-n"] if self.sudo else []), self.resolve()]
-        flags = ["-i"] if write else ["-P", "-n"]
+        """``-i`` always; reads add ``-P -n`` (parsable, no header) and name their columns
+        in ``args``. sudo resets the environment, so ``SLURM_CONF`` is passed through it
+        explicitly (``sudo -n SLURM_CONF=… sacctmgr …``)."""
+        base = [self.resolve()]
+        if self.sudo:
+            conf = self._env().get("SLURM_CONF")
+            base = ["sudo", "-n", *([f"SLURM_CONF={conf}"] if conf else []), *base]
+        flags = ["-i"] if write else ["-i", "-P", "-n"]
         return [*base, *flags, *args]
 
     async def run(self, args: Sequence[str], *, write: bool) -> Result:
@@ -77,6 +86,9 @@ class SAcctMgr:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, env=self._env())
+        except FileNotFoundError:
+            raise ExternalError(f"{argv[0]} not found (needed for "
+                                f"{'--sudo' if self.sudo else 'sacctmgr'})") from None
         except OSError as exc:
             raise ExternalError(f"cannot run {argv[0]}: {exc.strerror}") from None
         try:

@@ -11,7 +11,7 @@ def load_commands() -> None:
     if _LOADED:
         return
     from . import config, db  # noqa: F401
-    from .ng import group, history, site, slurm, user  # noqa: F401
+    from .ng import group, history, site, slurm, slurm_sync, user  # noqa: F401
 
     _LOADED = True
 

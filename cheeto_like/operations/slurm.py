@@ -118,6 +118,8 @@ class CreateSlurmQOS(Operation):
 
     async def execute(self, session: AsyncClientSession) -> SlurmQOS:
         a = self.args
+        if a.name == "normal":
+            raise InvalidInput("'normal' is Slurm's built-in QOS and is not managed here")
         await get_site(a.site, session)
         if await find_qos(a.site, a.name, session):
             raise AlreadyExists(f"QOS {a.name!r} already exists at site {a.site!r}")

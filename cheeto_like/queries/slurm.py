@@ -24,7 +24,7 @@ from ..models import (
     SlurmQOS,
     UserSiteInfo,
 )
-from ..models.base import select_one
+from ..models.base import select, select_one
 from ..models.fields import utcnow
 from ..models.slurm import TRESTotal
 
@@ -112,15 +112,13 @@ async def list_accounts(site: str, session: Session = None) -> list[SlurmAccount
 async def list_associations(site: str, *, account: str | None = None,
                             partition: str | None = None, qos: str | None = None,
                             session: Session = None) -> list[SlurmAssociation]:
-    query: dict[str, Any] = {"site": site}
-    if account is not None:
-        query["account"] = account
-    if partition is not None:
-        query["partition"] = partition
-    if qos is not None:
-        query["qos"] = qos
-    return await SlurmAssociation.find(query, session=session).sort(
-        +SlurmAssociation.account, +SlurmAssociation.partition).to_list()
+    """A site's associations, optionally for one account, partition or QOS (the QOS list
+    is matched here: equality on an indexed array field is unreliable on the embedded
+    store)."""
+    where = {k: v for k, v in (("account", account), ("partition", partition), ("qos", qos))
+             if v is not None}
+    found = await select(SlurmAssociation, session, site=site, **where)
+    return sorted(found, key=lambda a: (a.account, a.partition))
 
 
 async def find_association(site: str, account: str, partition: str,

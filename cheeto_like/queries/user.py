@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from beanie.operators import In
 from pymongo.asynchronous.client_session import AsyncClientSession
@@ -21,13 +21,21 @@ Session = AsyncClientSession | None
 Operator = Literal["AND", "OR"]
 
 
-def effective_status(user: User, usi: UserSiteInfo | None) -> str | None:
+class StatusAccess(Protocol):
+    """What the effective-state rules read: a ``User``, a ``UserSiteInfo``, or a
+    projection of either."""
+
+    status: str | None
+    access: list[str]
+
+
+def effective_status(user: StatusAccess, usi: StatusAccess | None) -> str | None:
     if usi is not None and usi.status is not None:
         return usi.status
     return user.status
 
 
-def effective_access(user: User, usi: UserSiteInfo | None) -> list[str]:
+def effective_access(user: StatusAccess, usi: StatusAccess | None) -> list[str]:
     if usi is not None and usi.access:
         return list(usi.access)
     return list(user.access)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from beanie.operators import In
+from pydantic import BaseModel, Field
 
 from ..models import (
     GroupMembership,
@@ -32,15 +33,18 @@ from ..models import (
     UserSiteInfo,
 )
 from ..models.fields import utcnow
+from ..models.slurm import TRESTotal
 from ..queries.site import get_site
 from ..queries.slurm import qos_limits
 from ..queries.user import effective_access, effective_status
 from .slurm_state import (
+    TRES,
     AccountState,
     AssocKey,
     AssocState,
     QOSState,
     SlurmState,
+    comparable_mem,
     tres,
 )
 
@@ -76,13 +80,44 @@ class Eligibility:
         return found
 
 
-def eligibility(user: User, usi: UserSiteInfo | None, now: datetime) -> Eligibility:
+class _UserView(BaseModel):
+    """The user fields eligibility reads (a projection: 20k full users parse slowly)."""
+
+    name: str
+    status: str | None = None
+    access: list[str] = Field(default_factory=list)
+    expires_at: datetime | None = None
+
+
+class _SiteInfoView(BaseModel):
+    user: str
+    status: str | None = None
+    access: list[str] = Field(default_factory=list)
+    expires_at: datetime | None = None
+
+
+class _EdgeView(BaseModel):
+    user: str
+    group: str
+    roles: list[str]
+
+
+def eligibility(user: User | _UserView, usi: UserSiteInfo | _SiteInfoView | None,
+                now: datetime) -> Eligibility:
     expiries = [t for t in (user.expires_at, usi.expires_at if usi else None) if t is not None]
     return Eligibility(
         user=user.name, on_site=usi is not None,
         status=effective_status(user, usi) if usi else user.status,
         access=tuple(effective_access(user, usi)),
         expired=any(t <= now for t in expiries))
+
+
+def _tres(total: TRESTotal) -> TRES:
+    """Summed TRES in sacctmgr's terms, memory as sacctmgr will display it back."""
+    values = total.as_slurm()
+    if "mem" in values:
+        values["mem"] = comparable_mem(values["mem"])
+    return tres(values)
 
 
 def _account_state(account: SlurmAccount) -> AccountState:
@@ -102,13 +137,16 @@ async def desired_state(site_name: str, *, now: datetime | None = None) -> Slurm
     cluster = site.cluster_name
     notes: list[str] = []
 
-    usis = {u.user: u for u in await UserSiteInfo.find({"site": site.name}).to_list()}
-    users = {u.name: u for u in await User.find(In(User.name, list(usis))).to_list()}
+    usis = {u.user: u for u in await UserSiteInfo.find(
+        {"site": site.name}, projection_model=_SiteInfoView).to_list()}
+    users = {u.name: u for u in await User.find(
+        In(User.name, list(usis)), projection_model=_UserView).to_list()}
     eligible = {name for name, user in users.items()
                 if eligibility(user, usis[name], now).eligible}
 
     rosters: dict[str, set[str]] = {}
-    for edge in await GroupMembership.find({"site": site.name}).to_list():
+    for edge in await GroupMembership.find({"site": site.name},
+                                           projection_model=_EdgeView).to_list():
         if "member" in edge.roles or "slurmer" in edge.roles:
             rosters.setdefault(edge.group, set()).add(edge.user)
     for group in site.group.sticky:
@@ -120,9 +158,8 @@ async def desired_state(site_name: str, *, now: datetime | None = None) -> Slurm
     qos: dict[str, QOSState] = {}
     for name, doc in sorted(qos_docs.items()):
         limits = qos_limits(doc, allocations, now)
-        qos[name] = QOSState(name, tres(limits.group.as_slurm()), tres(limits.user.as_slurm()),
-                             tres(limits.job.as_slurm()), doc.priority, frozenset(doc.flags),
-                             owner=cluster)
+        qos[name] = QOSState(name, _tres(limits.group), _tres(limits.user), _tres(limits.job),
+                             doc.priority, frozenset(doc.flags), owner=cluster)
 
     associations: dict[AssocKey, AssocState] = {}
     for assoc in await SlurmAssociation.find({"site": site.name}).to_list():

@@ -7,6 +7,13 @@ Commands that do the same thing to several entities are merged, so one
 per user. Why this order: everything a later step needs exists first; default accounts
 move before deletes because sacctmgr refuses to delete a user's default association;
 deletes go last, associations before the QOS and accounts they use.
+
+Facts about sacctmgr this relies on are in docs/sacctmgr-notes.md (and pinned by
+tests/adapters/test_sacctmgr_conformance.py). Two shape the deletes: slurmdbd refuses a
+removal call that mixes a user's default association rows after non-default ones, so the
+rows are deleted in two calls (non-default rows, then default rows, as they will be once
+defaults have moved); and ``remove qos`` corrupts the QOS lists of any association still
+listing it, so a QOS still used by another cluster is never removed.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from .slurm_state import (
     TRES,
@@ -41,6 +48,7 @@ BATCH_ORDER: tuple[tuple[str, Kind], ...] = (
     ("add coordinators", "coordinator"),
     ("remove coordinators", "coordinator"),
     ("delete associations", "delete"),
+    ("delete default associations", "delete"),
     ("delete qos", "delete"),
     ("delete accounts", "delete"),
 )
@@ -112,13 +120,14 @@ def _chunks(names: Sequence[str]) -> Iterable[list[str]]:
 
 
 def _grouped[T: Hashable](items: Iterable[tuple[T, str]],
-                          build: Callable[[T, list[str]], Command]) -> list[Command]:
+                          build: Callable[[T, list[str]], Command],
+                          order: Callable[[T], Any] = repr) -> list[Command]:
     """Merge entities that take the same command: {shape: [names]} -> commands."""
     by_shape: dict[T, list[str]] = defaultdict(list)
     for shape, name in items:
         by_shape[shape].append(name)
     commands = []
-    for shape in sorted(by_shape, key=repr):
+    for shape in sorted(by_shape, key=order):
         for chunk in _chunks(sorted(by_shape[shape])):
             commands.append(build(shape, chunk))
     return commands
@@ -175,8 +184,15 @@ def _plan_qos(desired: SlurmState, actual: SlurmState,
             adds.append((_qos_shape(want, None, cluster), name))
         elif not want.limits_equal(have) or have.owner != cluster:
             modifies.append((_qos_shape(want, have, cluster), name))
-    stale = [name for name, have in sorted(actual.qos.items())
-             if have.owner == cluster and name not in desired.qos]
+    stale = []
+    for name, have in sorted(actual.qos.items()):
+        if have.owner != cluster or name in desired.qos:
+            continue
+        if name in actual.foreign_qos:
+            conflicts.append(f"QOS {name!r} is no longer wanted but associations of another "
+                             "cluster use it; not removing it")
+            continue
+        stale.append(name)
     add_cmds = _grouped(adds, lambda shape, names: Command(
         ("add", "qos", ",".join(names), *shape), tuple(f"qos {n}" for n in names)))
     mod_cmds = _grouped(modifies, lambda shape, names: Command(
@@ -192,7 +208,7 @@ def _plan_qos(desired: SlurmState, actual: SlurmState,
 
 def _account_limits(want: AccountState) -> tuple[str, ...]:
     return (f"MaxJobs={_limit(want.max_user_jobs)}", f"GrpJobs={_limit(want.max_group_jobs)}",
-            f"MaxSubmitJobs={_limit(want.max_submit_jobs)}",
+            f"MaxSubmit={_limit(want.max_submit_jobs)}",
             f"MaxWall={_limit(want.max_wall_minutes)}")
 
 
@@ -228,34 +244,89 @@ def _assoc_settings(state: AssocState) -> tuple[str, ...]:
     return (f"qos={qos}", f"defaultqos={default}")
 
 
+@dataclass(frozen=True)
+class _Adds:
+    commands: list[Command]
+    first_account: dict[str, str]  # new user -> account of the first add that names them
+
+
+def _plan_adds(desired: SlurmState, actual: SlurmState) -> _Adds:
+    """One ``add user`` per (account, partitions, QOS settings) with every user that needs
+    exactly that: sacctmgr adds the cross product of users and partitions. Commands on the
+    site's default account go first, because a user's first association on a cluster
+    becomes their default there, which saves a default-account change."""
+    cluster = desired.cluster
+    wanted: dict[str, dict[tuple[str, tuple[str, ...]], set[str]]] = defaultdict(
+        lambda: defaultdict(set))
+    for key, want in desired.associations.items():
+        if key not in actual.associations:
+            wanted[key.user][(key.account, _assoc_settings(want))].add(key.partition)
+    items = []
+    for user, shapes in wanted.items():
+        for (account, settings), partitions in shapes.items():
+            named = tuple(sorted(p for p in partitions if p))
+            if named:
+                items.append(((account, named, settings), user))
+            if "" in partitions:  # a partition-less association never shares a list
+                items.append(((account, ("",), settings), user))
+    preferred = set(desired.default_accounts.values())
+
+    def order(shape: tuple[str, tuple[str, ...], tuple[str, ...]]) -> tuple[bool, str]:
+        return (shape[0] not in preferred, repr(shape))
+
+    commands = _grouped(items, lambda shape, names: Command(
+        ("add", "user", ",".join(names), f"account={shape[0]}",
+         f"partition={','.join(shape[1])}", f"cluster={cluster}", *shape[2]),
+        tuple(str(AssocKey(n, shape[0], p)) for n in names for p in shape[1])), order)
+    existing = actual.user_accounts()
+    first: dict[str, str] = {}
+    for shape, user in sorted(items, key=lambda item: order(item[0])):
+        if user not in existing:
+            first.setdefault(user, shape[0])
+    return _Adds(commands, first)
+
+
 def _plan_associations(desired: SlurmState, actual: SlurmState) -> tuple[
         list[Command], list[Command], list[Command]]:
+    """(modifies, deletes of non-default rows, deletes of default rows)."""
     cluster = desired.cluster
-    adds, modifies = [], []
+    modifies = []
     for key, want in desired.associations.items():
         have = actual.associations.get(key)
-        shape = (key.account, key.partition, _assoc_settings(want))
-        if have is None:
-            adds.append((shape, key.user))
-        elif have.qos != want.qos or (want.default_qos or min(want.qos)) != have.default_qos:
-            modifies.append((shape, key.user))
-    stale = [((key.account, key.partition), key.user)
-             for key in actual.associations if key not in desired.associations]
+        if have is not None and (have.qos != want.qos
+                                 or (want.default_qos or min(want.qos)) != have.default_qos):
+            modifies.append(((key.account, key.partition, _assoc_settings(want)), key.user))
+    defaults_after = default_rows_after(desired, actual)
+    stale_plain, stale_default = [], []
+    for key in actual.associations:
+        if key not in desired.associations:
+            row = ((key.account, key.partition), key.user)
+            (stale_default if key in defaults_after else stale_plain).append(row)
 
     def target(account: str, partition: str, names: list[str]) -> tuple[str, ...]:
         return tuple(str(AssocKey(n, account, partition)) for n in names)
 
-    add_cmds = _grouped(adds, lambda shape, names: Command(
-        ("add", "user", ",".join(names), f"account={shape[0]}", f"partition={shape[1]}",
-         f"cluster={cluster}", *shape[2]), target(shape[0], shape[1], names)))
+    def remove(shape: tuple[str, str], names: list[str]) -> Command:
+        return Command(("remove", "user", "where", f"name={','.join(names)}",
+                        f"account={shape[0]}", f"partition={shape[1]}", f"cluster={cluster}"),
+                       target(shape[0], shape[1], names))
+
     mod_cmds = _grouped(modifies, lambda shape, names: Command(
         ("modify", "user", "where", f"name={','.join(names)}", f"account={shape[0]}",
          f"partition={shape[1]}", f"cluster={cluster}", "set", *shape[2]),
         target(shape[0], shape[1], names)))
-    del_cmds = _grouped(stale, lambda shape, names: Command(
-        ("remove", "user", "where", f"name={','.join(names)}", f"account={shape[0]}",
-         f"partition={shape[1]}", f"cluster={cluster}"), target(shape[0], shape[1], names)))
-    return add_cmds, mod_cmds, del_cmds
+    return mod_cmds, _grouped(stale_plain, remove), _grouped(stale_default, remove)
+
+
+def default_rows_after(desired: SlurmState, actual: SlurmState) -> frozenset[AssocKey]:
+    """Which actual association rows will be flagged default once the default-account
+    step has run: moving a user's default flags all their rows on the new account and
+    unflags the rest; users whose default stays keep their flags."""
+    moved = {user: account for user, account in wanted_default_accounts(desired, actual).items()
+             if actual.default_accounts.get(user) != account}
+    return frozenset(key for key in actual.associations
+                     if (key.account == moved[key.user] if key.user in moved
+                         else key in actual.default_rows))
 
 
 def wanted_default_accounts(desired: SlurmState, actual: SlurmState) -> dict[str, str]:
@@ -278,10 +349,14 @@ def wanted_default_accounts(desired: SlurmState, actual: SlurmState) -> dict[str
     return wanted
 
 
-def _plan_defaults(desired: SlurmState, actual: SlurmState) -> list[Command]:
+def _plan_defaults(desired: SlurmState, actual: SlurmState,
+                   first_account: dict[str, str]) -> list[Command]:
+    """Default-account changes, batched per account. A user new on the cluster gets the
+    account of their first added association as default, so no change is planned when
+    that is already the wanted one."""
     cluster = desired.cluster
     changes = [(account, user) for user, account in wanted_default_accounts(desired, actual).items()
-               if actual.default_accounts.get(user) != account]
+               if (actual.default_accounts.get(user) or first_account.get(user)) != account]
     return _grouped(changes, lambda account, names: Command(
         ("modify", "user", "where", f"name={','.join(names)}", f"cluster={cluster}", "set",
          f"defaultaccount={account}"), tuple(f"default {n}={account}" for n in names)))
@@ -312,15 +387,18 @@ def plan(desired: SlurmState, actual: SlurmState) -> Plan:
     conflicts: list[str] = []
     qos_add, qos_mod, qos_del = _plan_qos(desired, actual, conflicts)
     acc_add, acc_mod, acc_del = _plan_accounts(desired, actual)
-    assoc_add, assoc_mod, assoc_del = _plan_associations(desired, actual)
-    defaults = _plan_defaults(desired, actual)
+    adds = _plan_adds(desired, actual)
+    assoc_add = adds.commands
+    assoc_mod, assoc_del, assoc_del_default = _plan_associations(desired, actual)
+    defaults = _plan_defaults(desired, actual, adds.first_account)
     coord_add, coord_del = _plan_coordinators(desired, actual)
     by_label = {
         "add qos": qos_add, "modify qos": qos_mod, "add accounts": acc_add,
         "modify accounts": acc_mod, "add associations": assoc_add,
         "modify associations": assoc_mod, "set default accounts": defaults,
         "add coordinators": coord_add, "remove coordinators": coord_del,
-        "delete associations": assoc_del, "delete qos": qos_del, "delete accounts": acc_del,
+        "delete associations": assoc_del, "delete default associations": assoc_del_default,
+        "delete qos": qos_del, "delete accounts": acc_del,
     }
     batches = tuple(Batch(label, kind, tuple(by_label[label]))
                     for label, kind in BATCH_ORDER if by_label[label])

@@ -8,6 +8,7 @@ sets. Anything unlimited is absent (TRES) or None (limits).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -27,6 +28,50 @@ def render_tres(value: TRES) -> str:
 
 def owner_tag(cluster: str) -> str:
     return f"{OWNER_PREFIX}{cluster}"
+
+
+_MEM_UNITS = "MGTPE"
+_MEM_DISPLAY = re.compile(r"^(\d+(?:\.\d+)?)([MGTPE]?)$")
+
+
+def render_mem(mb: int) -> str:
+    """How sacctmgr (22.05) displays a memory TRES of ``mb`` megabytes: divide by 1024
+    while the value is at least 1024 and a multiple of 512, then print an integer or two
+    decimals. Lossy above 1 TiB (1049088 and 1048576 both show ``1.00T``/``1T``)."""
+    if mb == 0:
+        return "0"
+    value, unit = float(mb), 0
+    while value >= 1024 and int(value) % 512 == 0:
+        value /= 1024
+        unit += 1
+    if value == int(value):
+        return f"{int(value)}{_MEM_UNITS[unit]}"
+    return f"{value:.2f}{_MEM_UNITS[unit]}"
+
+
+def parse_mem(text: str) -> int:
+    """A displayed memory value (``16G``, ``1500M``, ``1.50G``, ``0``) in whole MB."""
+    match = _MEM_DISPLAY.match(text.strip())
+    if match is None:
+        raise ValueError(f"unexpected memory value {text!r}")
+    number, unit = match.groups()
+    return round(float(number) * 1024 ** (_MEM_UNITS.index(unit) if unit else 0))
+
+
+def comparable_mem(mb: int) -> int:
+    """``mb`` as sacctmgr will show it back, so both sides compare equal (§3.2 of
+    docs/sacctmgr-notes.md); exact below 1 TiB."""
+    return parse_mem(render_mem(mb))
+
+
+def parse_tres(cell: str) -> TRES:
+    """A GrpTRES/MaxTRESPU/MaxTRES cell: keys verbatim (typed GRES stay separate keys),
+    memory in MB, empty cell = no limits."""
+    values: dict[str, int] = {}
+    for item in filter(None, cell.strip().split(",")):
+        key, _, value = item.partition("=")
+        values[key] = parse_mem(value) if key == "mem" else int(value)
+    return tres(values)
 
 
 @dataclass(frozen=True)
@@ -86,6 +131,10 @@ class SlurmState:
     associations: Mapping[AssocKey, AssocState] = field(default_factory=dict)
     default_accounts: Mapping[str, str] = field(default_factory=dict)  # user -> account
     coordinators: Mapping[str, frozenset[str]] = field(default_factory=dict)  # account -> users
+    # actual side only: association rows flagged as their user's default (is_def), and
+    # QOS that associations of *other* clusters use (never deleted from here).
+    default_rows: frozenset[AssocKey] = frozenset()
+    foreign_qos: frozenset[str] = frozenset()
     notes: tuple[str, ...] = ()  # things the desired state could not include, and why
 
     def user_accounts(self) -> dict[str, set[str]]:

@@ -11,8 +11,8 @@ Ground rules (all tests share one slurmdbd per session):
   EOF sacctmgr loops forever printing "Y or N please" (see test_without_i_*);
 * expected failures are few: each takes ~10-30 ms here, but they are not free.
 
-The small parsers at the top (parse_tres, render_mem, parse_wall, ...) are the reference
-normalisation rules the notes prescribe; the tests check them against real output.
+The normalisers the reconciler uses (cheeto_like.sync.slurm_state, walltime_minutes) are
+checked here against real output, so the parsers and the facts cannot drift apart.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ from pathlib import Path
 
 import pytest
 
+from cheeto_like.models.slurm import walltime_minutes
+from cheeto_like.sync.slurm_state import parse_mem, render_mem
+from cheeto_like.sync.slurm_state import parse_tres as parse_tres_cell
 from tests.services.fixtures import slurm_accounting  # noqa: F401
 from tests.services.slurm import SlurmAccounting
 
@@ -45,61 +48,16 @@ ROOT_ROWS = {
 }
 
 
-# ----------------------------------------------------------------- reference normalisers
-
-_MEM_UNITS = "MGTPE"  # a mem TRES is stored in MB; display units step by 1024
-
-
-def render_mem(mb: int) -> str:
-    """How sacctmgr 22.05 displays a mem TRES of `mb` megabytes.
-
-    Slurm's convert_num_unit2(..., CONVERT_NUM_UNIT_EXACT): divide by 1024 while the value
-    is >= 1024 and its integer part is a multiple of 512 ("half values are ok"), then print
-    an integer, or "%.2f" when a fraction is left. Lossy: 1049088 -> "1.00T".
-    """
-    if mb == 0:
-        return "0"
-    value, unit = float(mb), 0
-    while value >= 1024 and int(value) % 512 == 0:
-        value /= 1024
-        unit += 1
-    if value == int(value):
-        return f"{int(value)}{_MEM_UNITS[unit]}"
-    return f"{value:.2f}{_MEM_UNITS[unit]}"
-
-
-def parse_mem(text: str) -> int:
-    """Displayed mem ("16G", "1500M", "1.50G", "0") -> whole MB (rounded)."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([MGTPE]?)", text)
-    if not match:
-        raise ValueError(f"unexpected mem value {text!r}")
-    number, unit = match.groups()
-    return round(float(number) * 1024 ** (_MEM_UNITS.index(unit) if unit else 0))
+# ----------------------------------------------------------------- normalisers under test
+# The reconciler's own parsers, checked here against what sacctmgr really prints.
 
 
 def parse_tres(text: str) -> dict[str, int]:
-    """A GrpTRES/MaxTRESPU/MaxTRES cell -> {tres name: int}; mem in whole MB.
-
-    Keys are kept verbatim, so typed GRES stay distinct: {"gres/gpu": 4, "gres/gpu:a100": 2}.
-    An empty cell means no limit at all (unlimited keys are simply absent).
-    """
-    limits: dict[str, int] = {}
-    for item in filter(None, text.split(",")):
-        key, _, value = item.partition("=")
-        limits[key] = parse_mem(value) if key == "mem" else int(value)
-    return limits
+    return dict(parse_tres_cell(text))
 
 
 def parse_wall(text: str) -> int | None:
-    """A MaxWall cell ("[D-]HH:MM:SS", blank = unlimited) -> whole minutes."""
-    if not text:
-        return None
-    match = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d+):(\d+)", text)
-    if not match:
-        raise ValueError(f"unexpected MaxWall value {text!r}")
-    days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
-    assert seconds == 0, "sacctmgr stores whole minutes"
-    return days * 1440 + hours * 60 + minutes
+    return walltime_minutes(text)
 
 
 def parse_qos_list(text: str) -> frozenset[str]:
@@ -115,14 +73,21 @@ class Mgr:
     def __init__(self, slurm: SlurmAccounting) -> None:
         self.slurm = slurm
 
-    def run(self, *args: str, rc: int | None = 0) -> Proc:
-        """Run `sacctmgr -i *args`; assert the exit status unless rc is None."""
+    def run(self, *args: str, rc: int | None = 0, stderr_ok: bool = False) -> Proc:
+        """Run `sacctmgr -i *args`; assert the exit status unless rc is None.
+
+        A call that exits 0 must also leave stderr empty (the reconciler's success test),
+        except where a test expects sacctmgr's rc-0 complaints (stderr_ok).
+        """
         result = self.slurm.sacctmgr("-i", *args, check=False)
+        detail = f"stdout: {result.stdout}\nstderr: {result.stderr}"
         if rc is not None:
             assert result.returncode == rc, (
                 f"sacctmgr -i {' '.join(args)} exited {result.returncode}, expected {rc}\n"
-                f"stdout: {result.stdout}\nstderr: {result.stderr}"
+                + detail
             )
+        if result.returncode == 0 and not stderr_ok:
+            assert result.stderr == "", f"sacctmgr -i {' '.join(args)}: rc 0 with stderr\n{detail}"
         return result
 
     def fails(self, *args: str) -> Proc:
@@ -262,19 +227,22 @@ def test_mem_display_rule(mgr: Mgr) -> None:
         mgr.run("modify", "qos", "cfq_mem", "set", f"GrpTRES=mem={given}")
         assert mgr.qos("cfq_mem")[4] == f"mem={shown}"
     # Reading back gives whole MB except for the lossy values: compare through render_mem.
+    # The round trip is exact below 1 T, and for whole-GB values below 1 P.
+    samples = [*range(0, 1048576, 97), *range(0, 1024**3, 1024 * 4099)]
+    assert all(parse_mem(render_mem(mb)) == mb for mb in samples)
     assert parse_mem("1.50G") == 1536
     assert parse_mem(render_mem(1573376)) == 1572864 != 1573376
 
 
 def test_fractional_or_garbage_tres_values_are_mangled_with_exit_0(mgr: Mgr) -> None:
     mgr.run("add", "qos", "cfq_garbage", "GrpTRES=cpu=4,mem=4096")
-    frac = mgr.run("modify", "qos", "cfq_garbage", "set", "GrpTRES=mem=2.5G")
+    frac = mgr.run("modify", "qos", "cfq_garbage", "set", "GrpTRES=mem=2.5G", stderr_ok=True)
     assert "Invalid unit type '.'" in frac.stderr
     assert mgr.qos("cfq_garbage")[4] == "cpu=4,mem=2M"  # 2.5G became 2 MB, rc 0
-    word = mgr.run("modify", "qos", "cfq_garbage", "set", "GrpTRES=cpu=abc")
+    word = mgr.run("modify", "qos", "cfq_garbage", "set", "GrpTRES=cpu=abc", stderr_ok=True)
     assert "Invalid unit type 'a'" in word.stderr
     assert mgr.qos("cfq_garbage")[4] == "cpu=0,mem=2M"  # cpu=abc became cpu=0, rc 0
-    added = mgr.run("add", "qos", "cfq_garbage2", "MaxTRESPerUser=mem=1.5G")
+    added = mgr.run("add", "qos", "cfq_garbage2", "MaxTRESPerUser=mem=1.5G", stderr_ok=True)
     assert "Invalid unit type" in added.stderr
     assert mgr.qos("cfq_garbage2")[5] == "mem=1M"
 
@@ -652,12 +620,13 @@ def test_user_association_qos_lists(mgr: Mgr) -> None:
     assert qos() == ("cfq_ql_m", "cfq_ql_m")
     # Dropping the default QOS from the list WITHOUT touching defaultqos is refused, but
     # exits 0: the only sign is stderr.
-    refused = mgr.run("modify", "user", *where, "set", "qos=cfq_ql_a")
+    refused = mgr.run("modify", "user", *where, "set", "qos=cfq_ql_a", stderr_ok=True)
     assert refused.stdout == ""
     assert refused.stderr.startswith(" These associations don't have access to their default qos.")
     assert qos() == ("cfq_ql_m", "cfq_ql_m")
     # Same for a defaultqos outside the list.
-    mgr.run("modify", "user", *where, "set", "defaultqos=cfq_ql_z")
+    outside = mgr.run("modify", "user", *where, "set", "defaultqos=cfq_ql_z", stderr_ok=True)
+    assert "don't have access to their default qos" in outside.stderr
     assert qos() == ("cfq_ql_m", "cfq_ql_m")
     # Sending both together works.
     mgr.run("modify", "user", *where, "set", "qos=cfq_ql_a", "defaultqos=-1")

@@ -349,6 +349,11 @@ class SlurmAccounting:
 
     # ------------------------------------------------------------ client helpers
 
+    @property
+    def slurmdbd_pid(self) -> int:
+        """For tests that freeze slurmdbd (SIGSTOP) to see a hanging sacctmgr."""
+        return self._procs["slurmdbd"].pid
+
     def client_env(self) -> dict[str, str]:
         """The current environment plus `env`: what a sacctmgr subprocess should get."""
         return {**os.environ, **self.env}

@@ -52,7 +52,7 @@ def test_identical_states_plan_nothing():
 def test_batch_order_is_adds_modifies_defaults_coordinators_deletes():
     kinds = [kind for _, kind in BATCH_ORDER]
     assert kinds == ["add", "modify", "add", "modify", "add", "modify", "default",
-                     "coordinator", "coordinator", "delete", "delete", "delete"]
+                     "coordinator", "coordinator", "delete", "delete", "delete", "delete"]
     desired = state(qos={"new": q("new"), "chg": q("chg", priority=5)},
                     accounts={"lab": AccountState("lab", max_user_jobs=3),
                               "new": AccountState("new")},
@@ -63,14 +63,17 @@ def test_batch_order_is_adds_modifies_defaults_coordinators_deletes():
                                                                      "gone": AccountState("gone")},
                    associations={assoc("alice"): AssocState(frozenset({"old"}), "old"),
                                  assoc("carol", "gone"): AssocState(frozenset({"old"}), "old")},
-                   default_accounts={"alice": "lab", "carol": "gone"})
+                   default_accounts={"alice": "gone", "carol": "gone"},
+                   default_rows=frozenset({assoc("carol", "gone")}))
     p = plan(desired, actual)
     labels = [b.label for b in p.batches]
     assert labels == ["add qos", "modify qos", "add accounts", "modify accounts",
                       "add associations", "modify associations", "set default accounts",
-                      "add coordinators", "delete associations", "delete qos",
+                      "add coordinators", "delete default associations", "delete qos",
                       "delete accounts"]
     assert sorted(p.deletions) == ["account gone", "carol@gone/gpu", "qos old"]
+    assert commands(p, "set default accounts") == [
+        "modify user where name=alice cluster=farm set defaultaccount=lab"]
 
 
 def test_add_users_with_the_same_association_in_one_process():
@@ -81,9 +84,9 @@ def test_add_users_with_the_same_association_in_one_process():
     assert commands(p, "add associations") == [
         "add user alice,bob,carol account=lab partition=gpu cluster=farm qos=lab-qos "
         "defaultqos=lab-qos"]
-    assert commands(p, "set default accounts") == [
-        "modify user where name=alice,bob,carol cluster=farm set defaultaccount=lab"]
-    assert p.processes == 2
+    # a user's first association on a cluster becomes their default: nothing else to do
+    assert commands(p, "set default accounts") == []
+    assert p.processes == 1
 
 
 def test_batches_are_chunked():
@@ -181,13 +184,13 @@ def test_account_limits_modify_and_unlimited_renders_minus_one():
     actual = state(accounts={"lab": AccountState("lab", max_group_jobs=5)})
     assert commands(plan(desired, actual), "modify accounts") == [
         "modify account where name=lab cluster=farm set MaxJobs=10 GrpJobs=-1 "
-        "MaxSubmitJobs=-1 MaxWall=10080"]
+        "MaxSubmit=-1 MaxWall=10080"]
 
 
 def test_new_accounts_with_equal_limits_share_a_command():
     desired = state(accounts={n: AccountState(n) for n in ("a", "b", "c")})
     assert commands(plan(desired, state()), "add accounts") == [
-        "add account a,b,c cluster=farm MaxJobs=-1 GrpJobs=-1 MaxSubmitJobs=-1 MaxWall=-1"]
+        "add account a,b,c cluster=farm MaxJobs=-1 GrpJobs=-1 MaxSubmit=-1 MaxWall=-1"]
 
 
 def test_stale_associations_are_deleted_per_account_partition():
@@ -237,11 +240,86 @@ def test_counts_report_items_and_processes():
     desired = state(accounts={"lab": AccountState("lab")},
                     associations={assoc(u): A1 for u in ("a", "b")})
     p = plan(desired, state(accounts={"lab": AccountState("lab")}))
-    assert p.counts == {"add associations": 2, "set default accounts": 2}
-    assert p.processes == 2
-    assert p.as_dict()["processes"] == 2
+    assert p.counts == {"add associations": 2}
+    assert p.processes == 1
+    assert p.as_dict()["processes"] == 1
 
 
 def test_cluster_mismatch_is_refused():
     with pytest.raises(ValueError):
         plan(state(), SlurmState(cluster="hive"))
+
+
+def test_deletes_split_default_rows_from_the_rest():
+    """slurmdbd refuses a removal that mixes default and non-default rows of a user, so
+    leavers' rows go in two calls: non-default first, then default."""
+    accounts = {"lab": AccountState("lab"), "other": AccountState("other")}
+    actual = state(accounts=accounts, associations={
+        assoc("dan", "lab", "gpu"): A1, assoc("dan", "other", "gpu"): A1,
+        assoc("eve", "lab", "gpu"): A1},
+        default_accounts={"dan": "lab", "eve": "lab"},
+        default_rows=frozenset({assoc("dan", "lab", "gpu"), assoc("eve", "lab", "gpu")}))
+    p = plan(state(accounts=accounts), actual)
+    assert commands(p, "delete associations") == [
+        "remove user where name=dan account=other partition=gpu cluster=farm"]
+    assert commands(p, "delete default associations") == [
+        "remove user where name=dan,eve account=lab partition=gpu cluster=farm"]
+
+
+def test_moved_default_decides_which_rows_are_default_when_deleting():
+    accounts = {"lab": AccountState("lab"), "other": AccountState("other")}
+    desired = state(accounts=accounts, associations={assoc("fay", "other", "gpu"): A1})
+    actual = state(accounts=accounts, associations={
+        assoc("fay", "other", "gpu"): A1, assoc("fay", "other", "cpu"): A1,
+        assoc("fay", "lab", "gpu"): A1},
+        default_accounts={"fay": "lab"}, default_rows=frozenset({assoc("fay", "lab", "gpu")}))
+    p = plan(desired, actual)
+    assert commands(p, "set default accounts") == [
+        "modify user where name=fay cluster=farm set defaultaccount=other"]
+    # after the move, every row on "other" is flagged default; "lab" is not
+    assert commands(p, "delete associations") == [
+        "remove user where name=fay account=lab partition=gpu cluster=farm"]
+    assert commands(p, "delete default associations") == [
+        "remove user where name=fay account=other partition=cpu cluster=farm"]
+
+
+def test_partitionless_association_keeps_an_empty_partition():
+    actual = state(accounts={"lab": AccountState("lab")},
+                   associations={assoc("gus", partition=""): A1})
+    p = plan(state(accounts={"lab": AccountState("lab")}), actual)
+    assert commands(p, "delete associations") == [
+        "remove user where name=gus account=lab partition= cluster=farm"]
+
+
+def test_qos_used_by_another_cluster_is_never_removed():
+    actual = state(qos={"old": q("old"), "older": q("older")}, foreign_qos=frozenset({"old"}))
+    p = plan(state(), actual)
+    assert commands(p, "delete qos") == ["remove qos where name=older"]
+    assert "associations of another cluster use it" in p.conflicts[0]
+
+
+def test_users_needing_several_partitions_share_one_add():
+    both = {assoc(u, partition=p): A1 for u in ("a", "b") for p in ("cpu", "gpu")}
+    desired = state(accounts={"lab": AccountState("lab")},
+                    associations={**both, assoc("c", partition="gpu"): A1})
+    p = plan(desired, state(accounts={"lab": AccountState("lab")}))
+    assert commands(p, "add associations") == [
+        "add user a,b account=lab partition=cpu,gpu cluster=farm qos=lab-qos defaultqos=lab-qos",
+        "add user c account=lab partition=gpu cluster=farm qos=lab-qos defaultqos=lab-qos"]
+    adds = next(b for b in p.batches if b.label == "add associations")
+    assert adds.items == 5
+
+
+def test_site_default_account_is_added_first_so_new_users_need_no_default_change():
+    accounts = {"aaa": AccountState("aaa"), "zsite": AccountState("zsite")}
+    desired = state(accounts=accounts,
+                    associations={assoc("new", "aaa"): A1, assoc("new", "zsite"): A1,
+                                  assoc("old", "aaa"): A1, assoc("old", "zsite"): A1},
+                    default_accounts={"new": "zsite", "old": "zsite"})
+    actual = state(accounts=accounts, associations={assoc("old", "aaa"): A1},
+                   default_accounts={"old": "aaa"})
+    p = plan(desired, actual)
+    adds = commands(p, "add associations")
+    assert adds[0].startswith("add user new,old account=zsite")
+    assert commands(p, "set default accounts") == [
+        "modify user where name=old cluster=farm set defaultaccount=zsite"]

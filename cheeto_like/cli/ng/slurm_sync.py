@@ -115,7 +115,7 @@ def _(parser: a.Parser) -> None:
                         help="also write every planned command to FILE")
     for what, produce in READS.items():
         parser.add_argument(f"--from-{what}-dump", metavar="FILE",
-                            help=f"offline: read {what} from FILE (made with: sacctmgr -P -n "
+                            help=f"offline: read {what} from FILE (made with: sacctmgr -i -P -n "
                                  f"{' '.join(produce('CLUSTER'))})")
     a.output_format(parser)
 

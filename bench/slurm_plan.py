@@ -1,0 +1,199 @@
+"""Benchmark the Slurm reconciler at 20,000 users x 3 associations and 500 QOS.
+
+Builds the site directly in an embedded store (bulk inserts: this measures the sync, not
+the write path), starts a real slurmdbd (tests/services/slurm.py), converges 19,000
+users, then adds 1,000 more and measures:
+- the desired-state build time and the pure plan time;
+- the sacctmgr processes of the apply for the 1,000 new users, against the reference's
+  one process per association (plus one per default-account change);
+- the wall time of that apply against the real slurmdbd.
+Prints one JSON object on stdout; progress on stderr.
+
+    .venv/bin/python bench/slurm_plan.py [--users 20000] [--groups 1000] [--qos 500]
+                                         [--new-groups N]
+
+Needs the Slurm packages (scripts/install-system-deps.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from cheeto_like.adapters.sacctmgr import SAcctMgr
+from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
+from cheeto_like.embedded import EmbeddedServer
+from cheeto_like.models import (
+    Group,
+    GroupMembership,
+    Site,
+    SlurmAccount,
+    SlurmAllocation,
+    SlurmAssociation,
+    SlurmPartition,
+    SlurmQOS,
+    User,
+    UserSiteInfo,
+)
+from cheeto_like.models.slurm import SlurmTRES
+from cheeto_like.store import Store, connect
+from cheeto_like.sync.slurm import apply_plan
+from cheeto_like.sync.slurm_actual import SAcctMgrReader, actual_state
+from cheeto_like.sync.slurm_desired import desired_state
+from cheeto_like.sync.slurm_plan import Plan, plan
+from tests.services.slurm import SlurmAccounting
+
+SITE = "benchfarm"
+PARTITIONS = ("cpu", "gpu", "bigmem")
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def _insert(model: Any, docs: list[Any]) -> None:
+    collection = model.get_pymongo_collection()
+    for start in range(0, len(docs), 2000):
+        chunk = docs[start:start + 2000]
+        await collection.insert_many([d.model_dump(by_alias=True) for d in chunk])
+
+
+async def build_site(groups: int, qos: int) -> None:
+    await _insert(Site, [Site(name=SITE, fqdn=f"{SITE}.example.org")])
+    await _insert(Group, [Group(name=f"{s}-users", gid=3_333_333_000 + i, type="access",
+                                shorthand=s) for i, s in enumerate(("login-ssh", "slurm"))])
+    await _insert(SlurmPartition, [SlurmPartition(name=p, site=SITE) for p in PARTITIONS])
+    await _insert(SlurmQOS, [SlurmQOS(name=f"q{i:03d}", site=SITE, priority=i % 10)
+                             for i in range(qos)])
+    await _insert(SlurmAllocation, [SlurmAllocation(
+        site=SITE, qos=f"q{i:03d}", bucket="group_limits",
+        tres=SlurmTRES(cpus=64 + i, gpus=i % 8, mem=f"{256 + i}G")) for i in range(qos)])
+    await _insert(Group, [Group(name=f"lab{g:04d}", gid=600_000 + g) for g in range(groups)])
+    await _insert(SlurmAccount, [SlurmAccount(group=f"lab{g:04d}", site=SITE)
+                                 for g in range(groups)])
+    await _insert(SlurmAssociation, [
+        SlurmAssociation(site=SITE, account=f"lab{g:04d}", partition=p,
+                         qos=[f"q{g % qos:03d}"])
+        for g in range(groups) for p in PARTITIONS])
+
+
+async def add_users(first: int, count: int, groups: int) -> None:
+    """Users b<first>… each a member of one lab group, spread round-robin over ``groups``."""
+    names = [f"b{i:05d}" for i in range(first, first + count)]
+    await _insert(User, [User(name=n, email=f"{n}@example.org", uid=1_000_000 + first + k,
+                              gid=1_000_000 + first + k, fullname=f"Bench {n}",
+                              home_directory=f"/home/{n}", status="active",
+                              access=["login-ssh", "slurm"]) for k, n in enumerate(names)])
+    await _insert(Group, [Group(name=n, gid=1_000_000 + first + k, type="user")
+                          for k, n in enumerate(names)])
+    await _insert(UserSiteInfo, [UserSiteInfo(user=n, site=SITE) for n in names])
+    await _insert(GroupMembership, [
+        GroupMembership(user=n, group=f"lab{k % groups:04d}", site=SITE,
+                        roles=["member"]) for k, n in enumerate(names)])
+
+
+def baseline_processes(planned: Plan) -> int:
+    """The reference's process count for the same change: one per association add,
+    modify and delete, one per default-account change, one per QOS/account change."""
+    return sum(len(c.targets) for b in planned.batches for c in b.commands)
+
+
+async def timed(label: str, coro: Any) -> tuple[Any, float]:
+    started = time.perf_counter()
+    result = await coro
+    elapsed = time.perf_counter() - started
+    _progress(f"  {label}: {elapsed:.2f}s")
+    return result, elapsed
+
+
+async def run(store: Store, slurm: SlurmAccounting, users: int, groups: int, qos: int,
+              new_groups: int) -> dict[str, Any]:
+    runner = SAcctMgr(env=slurm.env, timeout=300)
+    reader = SAcctMgrReader(runner)
+    slurm.add_cluster(SITE)
+    await build_site(groups, qos)
+    base_users = users - 1000
+    await add_users(0, base_users, groups)
+    _progress(f"converging {base_users} users first")
+    desired, _ = await timed("desired", desired_state(SITE))
+    actual, _ = await timed("actual", actual_state(reader, SITE))
+    first_plan, _ = await timed("plan", asyncio.to_thread(plan, desired, actual))
+    _, first_apply_s = await timed("apply", apply_plan(first_plan, runner, max_deletions=0))
+
+    _progress(f"adding 1000 users ({users} in all) in {new_groups} groups")
+    await add_users(base_users, 1000, new_groups)
+    desired, desired_s = await timed("desired", desired_state(SITE))
+    actual, actual_s = await timed("actual", actual_state(reader, SITE))
+    started = time.perf_counter()
+    new_plan = plan(desired, actual)
+    plan_s = time.perf_counter() - started
+    items, apply_s = await timed("apply", apply_plan(new_plan, runner, max_deletions=0))
+    failed = [i for i in items if i.outcome != "ok"]
+    after, _ = await timed("re-read", actual_state(reader, SITE))
+    second = plan(desired, after)
+    identical_started = time.perf_counter()
+    plan(desired, after)
+    identical_plan_s = time.perf_counter() - identical_started
+    return {
+        "users": users, "associations": len(desired.associations), "qos": len(desired.qos),
+        "accounts": len(desired.accounts),
+        "desired_state_build_s": round(desired_s, 3),
+        "actual_state_read_s": round(actual_s, 3),
+        "plan_s": round(plan_s, 3),
+        "plan_when_converged_s": round(identical_plan_s, 3),
+        "first_apply": {"users": base_users, "sacctmgr_processes": first_plan.processes,
+                        "one_per_item_baseline": baseline_processes(first_plan),
+                        "wall_s": round(first_apply_s, 2)},
+        "apply_1000_new_users": {
+            "joining_groups": new_groups,
+            "sacctmgr_processes": new_plan.processes,
+            "one_per_item_baseline": baseline_processes(new_plan),
+            "changes": new_plan.counts, "wall_s": round(apply_s, 2),
+            "failed_commands": len(failed)},
+        "second_run_plans_nothing": second.is_empty,
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=20_000)
+    parser.add_argument("--groups", type=int, default=1_000)
+    parser.add_argument("--qos", type=int, default=500)
+    parser.add_argument("--new-groups", type=int, default=None,
+                        help="how many groups the 1,000 new users join (default: all)")
+    opts = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="cheeto-slurm-bench-") as tmp:
+        embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=_free_port())
+        server = EmbeddedServer(embedded)
+        server.start_background()
+        slurm = SlurmAccounting(Path(tmp)).start()
+        try:
+            store = await connect(MongoConfig(embedded=embedded, database="bench_slurm"),
+                                  autostart=False)
+            result = await run(store, slurm, opts.users, opts.groups, opts.qos,
+                               opts.new_groups or opts.groups)
+            await store.close()
+        finally:
+            slurm.stop()
+            server.stop()
+    print(json.dumps({"store": "embedded nx-27017", "slurmdbd": "22.05 (real)", **result},
+                     indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
