@@ -13,7 +13,16 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from ruamel.yaml import YAML, YAMLError
 
 from .errors import ConfigError
@@ -69,17 +78,66 @@ class MongoConfig(Block):
 
 
 class LDAPConfig(Block):
+    """The directory the LDAP reconciler writes (``cheeto ng ldap …``).
+
+    Users are global entries under ``user_base``; each site gets ``ou=<site>`` under
+    ``site_base`` with ``ou=<groups_ou>`` (posix groups) and ``ou=<automount_ou>`` (maps).
+    ``servers`` are tried in order (failover); ``ldaps://`` URLs use TLS, ``ldap://`` ones
+    StartTLS when ``use_tls`` is set, verified against ``ca_file``.
+    """
+
     servers: list[str] = Field(min_length=1)
-    searchbase: str
-    user_base: str | None = None
+    searchbase: str = Field(min_length=1)
+    user_base: str | None = None  # default ou=users,<searchbase>
+    site_base: str | None = None  # default <searchbase>
+    groups_ou: str = Field(default="groups", min_length=1)
+    automount_ou: str = Field(default="automount", min_length=1)
     login_dn: str | None = None
     password: SecretStr | None = None
     request_timeout_seconds: float = Field(default=10.0, gt=0)
+    connect_timeout_seconds: float = Field(default=5.0, gt=0)
     pool_max_connections: int = Field(default=5, ge=1)
     pool_idle_connections: int = Field(default=2, ge=0)
     use_tls: bool = False
     ca_file: UserPath | None = None
     cert_policy: Literal["demand", "allow", "try", "never"] = "demand"
+    # automount: the master map's name, how a master entry names its map ({dn} or {name},
+    # e.g. "ldap:{dn}"), extra master options per map (auto.group: --ghost), and the text
+    # put after each NFS host (kept as the autofs variable the reference wrote).
+    master_map: str = Field(default="auto.master", min_length=1)
+    master_entry_format: str = "{dn}"
+    master_options: dict[str, str] = Field(default_factory=dict)
+    host_suffix: str = "${HOST_SUFFIX}"
+    # tag every sshPublicKey with environment="REMOTE_SSH_USER=<user>"
+    ssh_user_prefix: bool = True
+    # entries under user_base that a prune never deletes
+    protected_users: list[str] = Field(default_factory=lambda: ["admin"])
+
+    @field_validator("servers")
+    @classmethod
+    def _ldap_urls(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if not re.match(r"^ldaps?://[^/\s]+/?$", url):
+                raise ValueError(f"{url!r} is not an ldap:// or ldaps:// server URL")
+        return value
+
+    @field_validator("master_entry_format")
+    @classmethod
+    def _known_placeholders(cls, value: str) -> str:
+        try:
+            value.format(dn="", name="")
+        except (KeyError, IndexError, ValueError):
+            raise ValueError(f"master_entry_format {value!r} may only use {{dn}} and {{name}}"
+                             ) from None
+        return value
+
+    @property
+    def users_dn(self) -> str:
+        return self.user_base or f"ou=users,{self.searchbase}"
+
+    @property
+    def sites_dn(self) -> str:
+        return self.site_base or self.searchbase
 
 
 class HippoConfig(Block):
@@ -121,14 +179,45 @@ class DaemonConfig(Block):
     tasks: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
+def _url_path(value: str) -> str:
+    """``cheeto/`` -> ``/cheeto``; empty stays empty (a URL path prefix)."""
+    value = value.strip().strip("/")
+    if not value:
+        return ""
+    if not re.fullmatch(r"[A-Za-z0-9._~!$&'()*+,;=:@%/-]+", value) or "//" in value:
+        raise ValueError(f"{value!r} is not a URL path")
+    return f"/{value}"
+
+
 class ApiConfig(Block):
+    """The REST API (``cheeto daemon api``).
+
+    Without ``api_key`` the API is open, so it refuses a non-loopback ``host`` unless
+    started with ``--insecure``. ``prefix`` is where the routes (and ``/healthz``,
+    ``/openapi.json``, ``/docs``) are mounted; ``root_path`` is the path a reverse proxy
+    strips before forwarding. ``tls_cert`` and ``tls_key`` (both or neither) serve HTTPS.
+    """
+
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     api_key: SecretStr | None = None
-    root_path: str = ""
-    prefix: str = ""
+    root_path: Annotated[str, AfterValidator(_url_path)] = ""
+    prefix: Annotated[str, AfterValidator(_url_path)] = ""
     tls_cert: UserPath | None = None
     tls_key: UserPath | None = None
+
+    @field_validator("api_key")
+    @classmethod
+    def _usable_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("api_key is empty (leave it out for an open, loopback-only API)")
+        return value
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ApiConfig:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together (set both or neither)")
+        return self
 
 
 class Config(Block):
@@ -265,12 +354,25 @@ mongo:
 
 # ldap:
 #   default:
-#     servers: [ldaps://ldap1.example.org, ldaps://ldap2.example.org]
+#     servers: [ldaps://ldap1.example.org, ldaps://ldap2.example.org]  # tried in order
 #     searchbase: dc=hpc,dc=example,dc=org
-#     user_base: ou=people,dc=hpc,dc=example,dc=org
+#     user_base: ou=people,dc=hpc,dc=example,dc=org     # default ou=users,<searchbase>
+#     # site_base: dc=hpc,dc=example,dc=org             # parent of ou=<site>
+#     # groups_ou: groups                                # ou=groups,ou=<site>,…
+#     # automount_ou: automount                          # ou=automount,ou=<site>,…
 #     login_dn: cn=admin,dc=hpc,dc=example,dc=org
 #     password: secret
 #     ca_file: /etc/ssl/certs/ldap-ca.pem
+#     # use_tls: true                 # StartTLS for ldap:// servers
+#     # request_timeout_seconds: 10
+#     # connect_timeout_seconds: 5
+#     # pool_max_connections: 5
+#     # master_map: auto.master
+#     # master_entry_format: "{dn}"   # or "ldap:{dn}", "{name}"
+#     # master_options: {auto.group: --ghost}
+#     # host_suffix: "${HOST_SUFFIX}"
+#     # ssh_user_prefix: true         # environment="REMOTE_SSH_USER=<user>" <key>
+#     # protected_users: [admin]      # never pruned
 
 # daemon:
 #   default:
@@ -283,9 +385,13 @@ mongo:
 
 # api:
 #   default:
-#     host: 127.0.0.1
+#     host: 127.0.0.1            # without api_key only loopback (unless --insecure)
 #     port: 8000
-#     api_key: change-me
+#     api_key: change-me-to-a-long-random-string   # clients send it as X-API-Key
+#     # prefix: /cheeto          # routes, /healthz and /openapi.json under /cheeto
+#     # root_path: /api          # the path a reverse proxy strips before forwarding
+#     # tls_cert: /etc/cheeto/tls/api.crt   # both or neither: serve HTTPS
+#     # tls_key: /etc/cheeto/tls/api.key
 
 # hippo:
 #   base_url: https://hippo.example.org

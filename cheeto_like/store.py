@@ -115,13 +115,16 @@ class Store:
         await self.client.close()
 
 
-def client_for(config: MongoConfig, uri: str) -> AsyncMongoClient[dict[str, Any]]:
+def client_for(config: MongoConfig, uri: str,
+               listeners: list[Any] | None = None) -> AsyncMongoClient[dict[str, Any]]:
     kwargs: dict[str, Any] = {
         "tz_aware": True,
         "tzinfo": UTC,
         "serverSelectionTimeoutMS": int(config.timeout_seconds * 1000),
         "connectTimeoutMS": int(config.timeout_seconds * 1000),
     }
+    if listeners:
+        kwargs["event_listeners"] = listeners
     if not config.is_embedded:
         if config.user:
             kwargs["username"] = config.user
@@ -138,7 +141,7 @@ def client_for(config: MongoConfig, uri: str) -> AsyncMongoClient[dict[str, Any]
 
 async def connect(config: MongoConfig, *, autostart: bool = True, database: str | None = None,
                   notify: Callable[[str], None] | None = None,
-                  create_indexes: bool = True) -> Store:
+                  create_indexes: bool = True, listeners: list[Any] | None = None) -> Store:
     """Connect, verify the store answers, and bind every document model to it.
 
     With the embedded store, a server that is down is started in the background when
@@ -168,7 +171,7 @@ async def connect(config: MongoConfig, *, autostart: bool = True, database: str 
         uri = config.uri
         description = f"MongoDB {mask_uri(uri)}"
     db_name = database or config.database
-    client = client_for(config, uri)
+    client = client_for(config, uri, listeners)
     try:
         await client.admin.command("ping")
     except PyMongoError as exc:

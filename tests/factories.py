@@ -91,3 +91,59 @@ def ssh_keygen(directory: Path, key_type: str = "ed25519", name: str = "id") -> 
     listed = subprocess.run(["ssh-keygen", "-lf", str(path) + ".pub"], check=True,
                             capture_output=True, text=True).stdout.split()
     return public, listed[1]
+
+
+# -- storage -------------------------------------------------------------------------------
+
+
+async def make_volume(store: Store, name: str, *, site: str = "farm", backend: str = "zfs",
+                      host: str | None = "nas1", host_path: str | None = None,
+                      parent: str | None = None, quota: str | None = None,
+                      **kwargs: Any):
+    """A volume via CreateStorageVolume (a child of ``parent`` inherits host and backend)."""
+    from cheeto_like.operations.storage import CreateStorageVolume
+
+    if parent is not None:
+        host = None
+        backend_arg: str | None = None
+    else:
+        backend_arg = backend
+        host_path = host_path or f"/export/{name}"
+    return await CreateStorageVolume.run(store, AUTHOR, site=site, name=name,
+                                         backend=backend_arg, host=host, host_path=host_path,
+                                         parent=parent, quota=quota, **kwargs)
+
+
+async def make_map(store: Store, name: str, prefix: str | None = None, *, site: str = "farm",
+                   options: list[str] | None = None):
+    from cheeto_like.operations.storage import CreateAutomountMap
+
+    return await CreateAutomountMap.run(store, AUTHOR, site=site, name=name,
+                                        prefix=prefix or f"/{name}", options=options or [])
+
+
+async def make_static_mount(store: Store, name: str, mount_path: str, *, site: str = "farm",
+                            volume: str | None = None, subpath: str = "", spec: str = "",
+                            fstype: str = "nfs", options: list[str] | None = None):
+    from cheeto_like.operations.storage import CreateStaticMount
+
+    return await CreateStaticMount.run(store, AUTHOR, site=site, name=name, fstype=fstype,
+                                       mount_path=mount_path, volume=volume, subpath=subpath,
+                                       spec=spec, options=options or [])
+
+
+async def home_defaults(store: Store, site: str = "farm", *, volume: str = "home",
+                        quota: str | None = "20G", automount_map: str | None = "home",
+                        host: str = "nas1") -> None:
+    """A site whose new homes go under volume ``volume`` (``/export/home`` on ``host``),
+    with ``quota`` and mounted through the map ``automount_map`` (``/home``)."""
+    from cheeto_like.operations.storage import SetSiteStorageDefaults
+
+    await make_volume(store, volume, site=site, host=host, host_path=f"/export/{volume}")
+    settings: dict[str, Any] = {"home_volume": volume}
+    if quota:
+        settings["home_quota"] = quota
+    if automount_map:
+        await make_map(store, automount_map, "/home", site=site, options=["rw", "nosuid"])
+        settings["home_automount_map"] = automount_map
+    await SetSiteStorageDefaults.run(store, AUTHOR, site=site, **settings)

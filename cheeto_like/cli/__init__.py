@@ -10,8 +10,18 @@ def load_commands() -> None:
     global _LOADED
     if _LOADED:
         return
-    from . import config, db  # noqa: F401
-    from .ng import group, history, site, slurm, slurm_sync, user  # noqa: F401
+    from . import config, db, nocloud, puppet  # noqa: F401
+    from .ng import (  # noqa: F401
+        export,
+        group,
+        history,
+        ldap,
+        site,
+        slurm,
+        slurm_sync,
+        storage,
+        user,
+    )
 
     _LOADED = True
 

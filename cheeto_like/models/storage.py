@@ -48,7 +48,7 @@ def _relative_path(value: str) -> str:
     path = PurePosixPath(value)
     if ".." in path.parts:
         raise ValueError(f"subpath {value!r} must not contain '..'")
-    return str(path)
+    return "" if str(path) == "." else str(path)  # "." is the volume itself
 
 
 VolumeName = Annotated[str, AfterValidator(_matching(VOLUME_NAME_RE, "volume name"))]
@@ -213,3 +213,76 @@ class Storage(BaseDoc, LDAPSyncable, Expirable):
         name = "storages"
         indexes = [unique("name", "site", "category"), index("owner"), index("group"),
                    index("site", "category"), index("site", "volume")]
+
+
+# -- path math (pure: callers pass the related documents) ---------------------------------
+
+
+def join_path(base: str, sub: str) -> str:
+    return str(PurePosixPath(base) / sub) if sub else str(PurePosixPath(base))
+
+
+def storage_host_path(storage: Storage, volume: StorageVolume) -> str:
+    """Where the storage lives on its file server: the volume's path plus the subpath."""
+    return join_path(volume.host_path, storage.subpath)
+
+
+def storage_quota(storage: Storage, volume: StorageVolume) -> str | None:
+    """The volume's quota for a whole-volume storage; a subdirectory has none of its own."""
+    return None if storage.subpath else volume.quota
+
+
+def mount_options(storage: Storage, automount_map: AutomountMap | None,
+                  static_mount: StaticMount | None) -> list[str]:
+    """Static: the mount's options. Explicit overrides: those. Automount: the map's
+    options minus ``remove_options`` plus ``add_options``, sorted."""
+    if static_mount is not None:
+        return list(static_mount.options)
+    overrides = storage.mount_overrides
+    if overrides.options:
+        return list(overrides.options)
+    if automount_map is None:
+        return []
+    options = set(automount_map.options) - set(overrides.remove_options)
+    return sorted(options | set(overrides.add_options))
+
+
+def static_mount_root(static_mount: StaticMount, volume: StorageVolume | None) -> str | None:
+    """The host path a volume-backed static mount exposes (None for a raw-spec mount)."""
+    if static_mount.volume is None or volume is None:
+        return None
+    return join_path(volume.host_path, static_mount.subpath)
+
+
+def mount_path(storage: Storage, volume: StorageVolume, automount_map: AutomountMap | None,
+               static_mount: StaticMount | None,
+               static_volume: StorageVolume | None = None) -> str | None:
+    """Where clients see the storage: ``<map prefix>/<mount_name or name>`` for an
+    automount; the static mount point plus the storage's place under the mount's root for
+    a static mount (``ValueError`` when the mount does not cover it); None when unmounted.
+    """
+    if automount_map is not None:
+        return join_path(automount_map.prefix, storage.mount_name or storage.name)
+    if static_mount is None:
+        return None
+    root = static_mount_root(static_mount, static_volume)
+    if root is None:
+        raise ValueError(f"static mount {static_mount.name!r} mounts {static_mount.spec!r}, "
+                         "not a volume path, so it cannot carry storages")
+    here = PurePosixPath(storage_host_path(storage, volume))
+    if static_volume is not None and static_volume.host != volume.host:
+        raise ValueError(f"static mount {static_mount.name!r} is on {static_volume.host}, "
+                         f"storage {storage.name!r} is on {volume.host}")
+    if not here.is_relative_to(root):
+        raise ValueError(f"static mount {static_mount.name!r} ({root}) does not cover "
+                         f"storage {storage.name!r} at {here}")
+    relative = here.relative_to(root)
+    return join_path(static_mount.mount_path, "" if str(relative) == "." else str(relative))
+
+
+def device_spec(static_mount: StaticMount, volume: StorageVolume | None) -> str:
+    """``host:/path`` for a volume mount, the raw spec otherwise."""
+    root = static_mount_root(static_mount, volume)
+    if root is None or volume is None:
+        return static_mount.spec
+    return f"{volume.host}:{root}"

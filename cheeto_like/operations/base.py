@@ -89,8 +89,10 @@ class Operation:
         whole operation from scratch, a bounded number of times.
         """
         args = cls.parse_args(**kwargs)
+        prepared = await cls.prepare(args)
         for attempt in range(1, MAX_ATTEMPTS + 1):
             op = cls(store, author, args)
+            op.prepared = prepared
             try:
                 return await op._run(skip_history=skip_history)
             except DuplicateKeyError as exc:
@@ -120,6 +122,14 @@ class Operation:
         return result
 
     # -- to implement -------------------------------------------------------------------
+
+    prepared: Any = None
+
+    @classmethod
+    async def prepare(cls, args: OpArgs) -> Any:
+        """Slow work that needs no store (password hashing), done once before the
+        transaction opens so the transaction stays short; available as ``self.prepared``."""
+        return None
 
     async def execute(self, session: AsyncClientSession) -> Any:
         raise NotImplementedError

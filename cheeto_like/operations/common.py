@@ -55,6 +55,14 @@ async def mark_ldap_dirty(model: type[Document], names: Iterable[str],
                                         session=session)
 
 
+async def mark_root_key_holders_dirty(session: AsyncClientSession) -> None:
+    """System users carry the root-ssh admins' keys in LDAP; an admin's keys, type, site
+    presence or root-ssh access changing changes every system user's entry."""
+    found = await User.get_pymongo_collection().find(
+        {"type": "system"}, {"name": 1}, session=session).to_list()
+    await mark_ldap_dirty(User, [doc["name"] for doc in found], session)
+
+
 async def cascade_rename(references: tuple[Reference, ...], old: str, new: str,
                          session: AsyncClientSession) -> dict[str, int]:
     """Rewrite every reference from ``old`` to ``new``; returns changed counts per field."""

@@ -37,7 +37,14 @@ from ..queries.group import find_group_by_name
 from ..queries.site import get_site
 from ..queries.user import find_redundant_site_statuses, get_site_info, get_user
 from .base import OpArgs, Operation
-from .common import cascade_user_rename, mark_ldap_dirty, next_free_id
+from .common import (
+    cascade_user_rename,
+    mark_ldap_dirty,
+    mark_root_key_holders_dirty,
+    next_free_id,
+)
+
+ROOT_ACCESS = "root-ssh"  # admins with it put their keys on every system user's entry
 
 
 class CreateUser(Operation):
@@ -58,8 +65,17 @@ class CreateUser(Operation):
         gid: UnixId | None = None
         home_directory: str | None = None
         password: str | None = Field(default=None, repr=False)
+        password_hash: str | None = Field(default=None, repr=False)
         ssh_key: str | None = None
         expires_at: datetime | None = None
+
+        @model_validator(mode="after")
+        def _one_password_form(self) -> CreateUser.Args:
+            if self.password and self.password_hash:
+                raise ValueError("give a password or a password hash, not both")
+            if self.password_hash and not self.password_hash.startswith("$"):
+                raise ValueError("a password hash must be a crypt(3) string")
+            return self
 
         @model_validator(mode="after")
         def _home_is_absolute(self) -> CreateUser.Args:
@@ -86,7 +102,7 @@ class CreateUser(Operation):
             name=a.name, email=a.email, uid=a.uid, gid=gid, fullname=a.fullname,
             surname=a.surname, type=a.type, shell=a.shell, status=a.status, access=access,
             home_directory=a.home_directory or f"/home/{a.name}",
-            password=hash_password(a.password) if a.password else None,
+            password=a.password_hash or (hash_password(a.password) if a.password else None),
             expires_at=a.expires_at)
         self.group = Group(name=a.name, gid=gid, type="user")
         await self.user.insert(session=session)
@@ -244,6 +260,15 @@ class SetUserType(_UserFieldOp):
         name: PosixName
         type: UserType
 
+    async def execute(self, session: AsyncClientSession) -> User:
+        user = await super().execute(session)
+        types = {self.previous, user.type}
+        if self.previous != user.type and "system" in types:
+            await mark_ldap_dirty(User, [user.name], session)  # gains or loses root keys
+        if self.previous != user.type and "admin" in types:
+            await mark_root_key_holders_dirty(session)
+        return user
+
 
 class SetUserShell(_UserFieldOp):
     op_name = "set_user_shell"
@@ -306,15 +331,17 @@ class AddUserAccess(_UserAccessOp):
             self.added = [x for x in access if x not in user.access]
             user.access = [*user.access, *self.added]
             await user.save(session=session)
-            return user
-        await get_site(a.site, session)
-        usi = await get_site_info(user.name, a.site, session)
-        current = list(usi.access) or list(user.access)
-        self.added = [x for x in access if x not in current]
-        if self.added:
-            usi.access = [*current, *self.added]
-            await usi.save(session=session)
-            await mark_ldap_dirty(User, [user.name], session)
+        else:
+            await get_site(a.site, session)
+            usi = await get_site_info(user.name, a.site, session)
+            current = list(usi.access) or list(user.access)
+            self.added = [x for x in access if x not in current]
+            if self.added:
+                usi.access = [*current, *self.added]
+                await usi.save(session=session)
+                await mark_ldap_dirty(User, [user.name], session)
+        if user.type == "admin" and ROOT_ACCESS in self.added:
+            await mark_root_key_holders_dirty(session)
         return user
 
     def describe(self) -> dict[str, Any]:
@@ -338,6 +365,7 @@ class RemoveUserAccess(_UserAccessOp):
             self.removed = [x for x in user.access if x in a.access]
             user.access = [x for x in user.access if x not in a.access]
             await user.save(session=session)
+            await self._root_keys_changed(user, session)
             return user
         await get_site(a.site, session)
         usi = await get_site_info(user.name, a.site, session)
@@ -354,7 +382,12 @@ class RemoveUserAccess(_UserAccessOp):
         usi.access = remaining
         await usi.save(session=session)
         await mark_ldap_dirty(User, [user.name], session)
+        await self._root_keys_changed(user, session)
         return user
+
+    async def _root_keys_changed(self, user: User, session: AsyncClientSession) -> None:
+        if user.type == "admin" and ROOT_ACCESS in self.removed:
+            await mark_root_key_holders_dirty(session)
 
     def describe(self) -> dict[str, Any]:
         return {"user": self.args.name, "site": self.args.site, "access": self.args.access,
@@ -385,6 +418,8 @@ class AddUserSshKey(Operation):
         self.key = SshKey(user=user.name, key=key.text)
         await self.key.insert(session=session)
         await mark_ldap_dirty(User, [user.name], session)
+        if user.type == "admin":
+            await mark_root_key_holders_dirty(session)
         return self.key
 
     def describe(self) -> dict[str, Any]:
@@ -401,12 +436,14 @@ class RemoveUserSshKey(Operation):
 
     async def execute(self, session: AsyncClientSession) -> SshKey:
         a = self.args
-        await get_user(a.name, session)
+        user = await get_user(a.name, session)
         key = await SshKey.find_one({"_id": a.key_id, "user": a.name}, session=session)
         if key is None:
             raise NotFound(f"user {a.name!r} has no SSH key with id {a.key_id!r}")
         await key.delete(session=session)
         await mark_ldap_dirty(User, [a.name], session)
+        if user.type == "admin":
+            await mark_root_key_holders_dirty(session)
         self.fingerprint = parse_ssh_key(key.key).fingerprint
         return key
 
@@ -461,6 +498,8 @@ class RenameUser(Operation):
         self.references = await cascade_user_rename(a.name, a.new_name, session)
         # Groups list their members by name in LDAP: every group the user is in changes.
         await mark_ldap_dirty(Group, await _groups_listing(a.new_name, session), session)
+        if user.type == "admin":  # root keys are tagged with the admin's name
+            await mark_root_key_holders_dirty(session)
         personal = await find_group_by_name(a.name, session)
         self.group_references: dict[str, int] = {}
         if personal is not None and personal.type == "user":
@@ -494,10 +533,14 @@ class ClearOffboardingSiteStatuses(Operation):
     async def execute(self, session: AsyncClientSession) -> int:
         users = await User.find(User.status == "offboarding", session=session).to_list()
         names = [u.name for u in users]
+        overridden = await UserSiteInfo.find({"user": {"$in": names}, "status": {"$ne": None}},
+                                             session=session).to_list()
         result = await UserSiteInfo.find({"user": {"$in": names}, "status": {"$ne": None}},
                                          session=session).update(
             {"$set": {"status": None}}, session=session)
         self.cleared = result.modified_count if result else 0
+        # their status groups at those sites change (a query-level update skips hooks)
+        await mark_ldap_dirty(User, {u.user for u in overridden}, session)
         return self.cleared
 
     def describe(self) -> dict[str, Any]:

@@ -10,9 +10,9 @@ from ..errors import AlreadyExists
 from ..models import User, UserSiteInfo
 from ..models.fields import PosixName, SiteName
 from ..queries.site import get_site
-from ..queries.user import find_site_info, get_site_info, get_user
+from ..queries.user import find_site_info, find_user_by_name, get_site_info, get_user
 from .base import OpArgs, Operation
-from .common import mark_ldap_dirty
+from .common import mark_ldap_dirty, mark_root_key_holders_dirty
 
 
 class _SiteUserOp(Operation):
@@ -38,6 +38,8 @@ class AddSiteUser(_SiteUserOp):
         usi = UserSiteInfo(user=user.name, site=site.name)
         await usi.insert(session=session)
         await mark_ldap_dirty(User, [user.name], session)
+        if user.type == "admin":  # an admin's root-ssh reach (system users' keys) moved
+            await mark_root_key_holders_dirty(session)
         return usi
 
 
@@ -52,4 +54,7 @@ class RemoveSiteUser(_SiteUserOp):
         usi = await get_site_info(self.args.user, self.args.site, session)
         await usi.delete(session=session)
         await mark_ldap_dirty(User, [self.args.user], session)
+        user = await find_user_by_name(self.args.user, session)
+        if user is not None and user.type == "admin":
+            await mark_root_key_holders_dirty(session)
         return usi

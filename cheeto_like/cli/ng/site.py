@@ -26,7 +26,6 @@ from ...queries.site import count_site_dependents, get_site, list_sites
 from .. import args as a
 from ..app import command, group_help
 
-group_help("ng", "site", help="sites (clusters)")
 group_help("ng", "site", "alias", help="alternative names of a site")
 group_help("ng", "site", "sticky", help="groups every user on a site belongs to")
 group_help("ng", "site", "sticky", "add", help="make something sticky at a site")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +180,61 @@ def _(parser: a.Parser) -> None:
     parser.add_argument("--email", required=True)
     parser.add_argument("--fullname", required=True)
     _password_args(parser)
+
+
+@command("ng", "user", "new", "class",
+         help="create a batch of course accounts (all or nothing)", store=True)
+async def user_new_class(args: argparse.Namespace) -> None:
+    """Passwords are shown once: in a 0600 file when --file is given (opened before
+    anything is created, removed again if creation fails), else as a table on stdout."""
+    from ...operations.class_users import CreateClassUsers
+
+    ctx = args.ctx
+    expires = a.future_or_none(args.expires_at, "--expires-at")
+    handle = None
+    if args.file:
+        path = Path(args.file).expanduser()
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise InvalidInput(f"{path} already exists; choose a new file") from None
+        except OSError as exc:
+            raise InvalidInput(f"cannot create {path}: {exc.strerror}") from None
+        handle = os.fdopen(fd, "w")
+    try:
+        created = await CreateClassUsers.run(
+            ctx.store, ctx.author, site=args.site, prefix=args.prefix, count=args.count,
+            email=args.email, expires_at=expires, group=args.group,
+            **({"access": args.access} if args.access else {}))
+    except BaseException:
+        if handle is not None:
+            handle.close()
+            Path(args.file).expanduser().unlink(missing_ok=True)
+        raise
+    lines = [f"{user.name} {password}" for user, password in created]
+    if handle is not None:
+        with handle:
+            handle.write("".join(f"{line}\n" for line in lines))
+        ctx.out.success(f"created {len(created)} class account(s); passwords in {args.file}")
+    else:
+        ctx.out.success(f"created {len(created)} class account(s); passwords (shown once) "
+                        "on stdout:")
+        ctx.out.write_raw("".join(f"{line}\n" for line in lines))
+
+
+@user_new_class.args()
+def _(parser: a.Parser) -> None:
+    a.site(parser)
+    parser.add_argument("--prefix", required=True, help="names become <prefix>-01, …")
+    parser.add_argument("--count", "-n", type=int, required=True)
+    parser.add_argument("--expires-at", required=True, metavar="WHEN", help="ISO or +4mo")
+    parser.add_argument("--file", "-f", metavar="PATH",
+                        help="write 'user password' lines to this new 0600 file")
+    a.group(parser, required=False, help="also make them members of this group")
+    parser.add_argument("--access", "-a", nargs="+", metavar="ACCESS",
+                        help="default: login-ssh slurm")
+    parser.add_argument("--email", default="hpc-help@ucdavis.edu",
+                        help="contact address recorded for every account")
 
 
 # -- attributes ------------------------------------------------------------------------

@@ -1,0 +1,185 @@
+"""Benchmark the site exports at 10,000 users and 2,000 group storages.
+
+Builds a site in an embedded store with bulk inserts (this measures the exports, not the
+write path), then runs puppet-legacy, sympa, storage and root-keys, reporting each one's
+wall time and number of database commands. It runs at two sizes to show that the command
+count does not grow with the number of users. Prints JSON on stdout.
+
+    .venv/bin/python bench/exports.py [--users 10000] [--groups 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pymongo import monitoring
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
+from cheeto_like.embedded import EmbeddedServer
+from cheeto_like.models import (
+    AutomountMap,
+    Group,
+    GroupMembership,
+    Site,
+    SshKey,
+    Storage,
+    StorageVolume,
+    User,
+    UserSiteInfo,
+)
+from cheeto_like.models.storage import StorageAllocation, ZFSConfig
+from cheeto_like.puppet.yamlio import dumps
+from cheeto_like.queries.exports import (
+    root_key_blocks,
+    root_keys_text,
+    storage_export,
+    sympa_emails,
+    sympa_text,
+)
+from cheeto_like.queries.puppet_legacy import site_to_puppet_legacy
+from cheeto_like.store import connect
+
+SITE = "benchexp"
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAcUIS47SFVib3yJlqOwvcrX5PH+CxglMj9MWWZzgI2a k"
+
+
+class Counter(monitoring.CommandListener):
+    """Counts queries (find, aggregate, count, distinct) and, separately, the cursor
+    batches (getMore) that larger results naturally take."""
+
+    QUERIES = ("find", "aggregate", "count", "distinct")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.batches = 0
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name in self.QUERIES:
+            self.count += 1
+        elif event.command_name == "getMore":
+            self.batches += 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def _insert(model: Any, docs: list[Any]) -> None:
+    collection = model.get_pymongo_collection()
+    for start in range(0, len(docs), 2000):
+        chunk = docs[start:start + 2000]
+        await collection.insert_many([d.model_dump(by_alias=True) for d in chunk])
+
+
+async def build(users: int, groups: int) -> None:
+    for model in (Site, User, Group, GroupMembership, UserSiteInfo, SshKey, Storage,
+                  StorageVolume, AutomountMap):
+        await model.get_pymongo_collection().delete_many({})
+    await _insert(Site, [Site(name=SITE, fqdn=f"{SITE}.example.org")])
+    await _insert(Group, [Group(name=f"{s}-users", gid=3_333_333_000 + i, type="access",
+                                shorthand=s) for i, s in enumerate(("login-ssh", "root-ssh"))])
+    await _insert(AutomountMap, [AutomountMap(name=m, site=SITE, prefix=f"/{m}",
+                                              options=["rw", "fstype=nfs"])
+                                 for m in ("home", "group")])
+    names = [f"e{i:05d}" for i in range(users)]
+    await _insert(User, [User(name=n, email=f"{n}@example.org", uid=1_000_000 + i,
+                              gid=1_000_000 + i, fullname=f"Export {n}",
+                              home_directory=f"/home/{n}", status="active",
+                              type="admin" if i % 100 == 0 else "user",
+                              access=["login-ssh", "root-ssh"] if i % 100 == 0
+                              else ["login-ssh"]) for i, n in enumerate(names)])
+    await _insert(UserSiteInfo, [UserSiteInfo(user=n, site=SITE) for n in names])
+    await _insert(SshKey, [SshKey(user=n, key=KEY) for n in names[::100]])
+    await _insert(Group, [Group(name=f"g{g:04d}", gid=700_000 + g) for g in range(groups)])
+    await _insert(GroupMembership, [GroupMembership(user=n, group=f"g{i % groups:04d}",
+                                                    site=SITE, roles=["member"])
+                                    for i, n in enumerate(names)])
+    home_root = StorageVolume(name="homes", site=SITE, backend="zfs", host="nas-1",
+                              host_path="/export/home", zfs=ZFSConfig())
+    group_root = StorageVolume(name="groups", site=SITE, backend="zfs", host="nas-2",
+                               host_path="/export/group", zfs=ZFSConfig())
+    await _insert(StorageVolume, [home_root, group_root])
+    await _insert(StorageVolume, [StorageVolume(
+        name=f"homes/{n}", site=SITE, backend="zfs", host="nas-1",
+        host_path=f"/export/home/{n}", parent="homes", zfs=ZFSConfig(),
+        allocations=[StorageAllocation(quota="20G")]) for n in names])
+    await _insert(Storage, [Storage(name=n, site=SITE, category="home", owner=n, group=n,
+                                    volume=f"homes/{n}", automount_map="home", mount_name=n)
+                            for n in names])
+    await _insert(StorageVolume, [StorageVolume(
+        name=f"groups/g{g:04d}", site=SITE, backend="zfs", host="nas-2",
+        host_path=f"/export/group/g{g:04d}", parent="groups", zfs=ZFSConfig(),
+        allocations=[StorageAllocation(quota="10T")]) for g in range(groups)])
+    await _insert(Storage, [Storage(name=f"g{g:04d}", site=SITE, category="group",
+                                    owner=names[g % users], group=f"g{g:04d}",
+                                    volume=f"groups/g{g:04d}", automount_map="group",
+                                    mount_name=f"g{g:04d}") for g in range(groups)])
+
+
+async def measure(counter: Counter) -> dict[str, Any]:
+    exports = {
+        "puppet-legacy": lambda: site_to_puppet_legacy(SITE),
+        "sympa": lambda: sympa_emails(SITE),
+        "storage": lambda: storage_export(SITE),
+        "root-keys": lambda: root_key_blocks(SITE),
+    }
+    render = {"puppet-legacy": dumps, "sympa": sympa_text, "storage": json.dumps,
+              "root-keys": root_keys_text}
+    out = {}
+    for name, run in exports.items():
+        counter.count = counter.batches = 0
+        started = time.perf_counter()
+        data = await run()
+        text = render[name](data)
+        out[name] = {"seconds": round(time.perf_counter() - started, 3),
+                     "queries": counter.count, "getmore_batches": counter.batches,
+                     "bytes": len(text)}
+    return out
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=10_000)
+    parser.add_argument("--groups", type=int, default=2_000)
+    opts = parser.parse_args()
+    counter = Counter()
+    with tempfile.TemporaryDirectory(prefix="cheeto-exports-") as tmp:
+        embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=_free_port())
+        server = EmbeddedServer(embedded)
+        server.start_background()
+        try:
+            store = await connect(MongoConfig(embedded=embedded, database="bench_exports"),
+                                  autostart=False, listeners=[counter])
+            results = {}
+            for users, groups in ((opts.users // 10, opts.groups // 10),
+                                  (opts.users, opts.groups)):
+                print(f"building {users} users, {groups} group storages", file=sys.stderr)
+                await build(users, groups)
+                results[f"{users}_users"] = {"users": users, "group_storages": groups,
+                                             **await measure(counter)}
+            await store.close()
+        finally:
+            server.stop()
+    print(json.dumps({"store": "embedded nx-27017", "runs": results}, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,455 @@
+"""The LDAP edge: a small async client over bonsai, plus RFC 4514/4515 escaping.
+
+``Directory`` is what the reconciler talks to. It keeps a pool of bound connections,
+tries the configured servers in order (and moves on when one cannot be reached), uses
+LDAPS or StartTLS checked against ``ca_file``, binds with a simple bind, and puts a
+timeout on every request. Results come back as plain ``Entry`` values (attribute names
+lower-cased, every value a string), so nothing above this module sees bonsai types.
+
+Errors are ``DirectoryError`` (an ``ExternalError``): one sentence naming the server or
+the entry. Connection problems (no server answers, a request timed out) are transient;
+a refused bind is not, and is never retried on the next server (the replicas share the
+credentials).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import bonsai
+from bonsai import LDAPClient, LDAPEntry, LDAPModOp, LDAPSearchScope
+from bonsai.asyncio import AIOLDAPConnection
+from pydantic import SecretStr
+
+from ..config import LDAPConfig
+from ..errors import ExternalError
+
+log = logging.getLogger(__name__)
+
+Scope = Literal["base", "one", "sub"]
+_SCOPES = {"base": LDAPSearchScope.BASE, "one": LDAPSearchScope.ONELEVEL,
+           "sub": LDAPSearchScope.SUBTREE}
+PAGE_SIZE = 500
+ErrorCode = Literal["unreachable", "auth", "timeout", "not_found", "exists", "schema",
+                    "refused", "other"]
+
+
+# -- escaping (RFC 4514 DNs, RFC 4515 filters) -------------------------------------------
+
+_DN_SPECIAL = frozenset('"+,;<>\\=')
+_ATTR_TYPE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9-]*|[0-9]+(?:\.[0-9]+)*)$")
+_FILTER_SPECIAL = {"\\": r"\5c", "*": r"\2a", "(": r"\28", ")": r"\29", "\0": r"\00"}
+
+
+def escape_dn_value(value: str) -> str:
+    """An attribute value made safe for a DN (RFC 4514 §2.4): ``" + , ; < > \\ =`` get a
+    backslash, so do a leading ``#`` or space and a trailing space; NUL becomes ``\\00``."""
+    out = []
+    last = len(value) - 1
+    for i, ch in enumerate(value):
+        if ch == "\0":
+            out.append("\\00")
+        elif ch in _DN_SPECIAL or (i == 0 and ch in "# ") or (i == last and ch == " "):
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def escape_filter_value(value: str) -> str:
+    """An assertion value made safe for a search filter (RFC 4515 §3)."""
+    return "".join(_FILTER_SPECIAL.get(ch, ch) for ch in value)
+
+
+def rdn(attr: str, value: str) -> str:
+    return f"{attr}={escape_dn_value(value)}"
+
+
+def parse_dn(dn: str) -> list[list[tuple[str, str]]]:
+    """A DN as RDNs, each a list of (attribute type, unescaped value) pairs.
+
+    Understands backslash escapes of a character or of a hex byte (UTF-8 sequences are
+    reassembled) and multi-valued RDNs (``+``). Raises ``ValueError`` on a malformed DN.
+    """
+    rdns: list[list[tuple[str, str]]] = []
+    current: list[tuple[str, str]] = []
+    i, n = 0, len(dn)
+    if not dn.strip():
+        return []
+    while True:
+        eq = dn.find("=", i)
+        if eq < 0:
+            raise ValueError(f"malformed DN {dn!r}: missing '=' after {dn[i:]!r}")
+        attr = dn[i:eq].strip()
+        if not _ATTR_TYPE.match(attr):
+            raise ValueError(f"malformed DN {dn!r}: bad attribute type {attr!r}")
+        i = eq + 1
+        raw = bytearray()
+        while i < n and dn[i] not in ",+":
+            ch = dn[i]
+            if ch == "\\":
+                if i + 1 >= n:
+                    raise ValueError(f"malformed DN {dn!r}: dangling backslash")
+                pair = dn[i + 1:i + 3]
+                if len(pair) == 2 and all(c in "0123456789abcdefABCDEF" for c in pair):
+                    raw.append(int(pair, 16))
+                    i += 3
+                    continue
+                raw.extend(dn[i + 1].encode())
+                i += 2
+                continue
+            raw.extend(ch.encode())
+            i += 1
+        current.append((attr, raw.decode("utf-8", errors="replace")))
+        if i >= n:
+            rdns.append(current)
+            return rdns
+        if dn[i] == ",":
+            rdns.append(current)
+            current = []
+        i += 1
+
+
+def normalize_dn(dn: str) -> str:
+    """A comparable form: attribute types and values lower-cased, spaces trimmed, AVAs of
+    a multi-valued RDN sorted, values re-escaped canonically. Good for the
+    case-insensitive attributes DNs are built from here (uid, cn, ou, dc)."""
+    return ",".join(
+        "+".join(sorted(f"{t.lower()}={escape_dn_value(v.strip().lower())}" for t, v in r))
+        for r in parse_dn(dn))
+
+
+def first_rdn_value(dn: str) -> str:
+    return parse_dn(dn)[0][0][1]
+
+
+def parent_dn(dn: str) -> str:
+    """The DN without its first RDN, in the original spelling."""
+    i = 0
+    while i < len(dn):
+        if dn[i] == "\\":
+            i += 2
+            continue
+        if dn[i] == ",":
+            return dn[i + 1:]
+        i += 1
+    return ""
+
+
+def dn_depth(dn: str) -> int:
+    return len(parse_dn(dn))
+
+
+# -- values --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry as read: attribute names lower-cased, values as strings."""
+
+    dn: str
+    attrs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def get(self, name: str) -> tuple[str, ...]:
+        return self.attrs.get(name.lower(), ())
+
+    def first(self, name: str) -> str | None:
+        values = self.get(name)
+        return values[0] if values else None
+
+    @property
+    def object_classes(self) -> frozenset[str]:
+        return frozenset(v.lower() for v in self.get("objectClass"))
+
+
+@dataclass(frozen=True)
+class Mod:
+    """One modification of a modify request; ``delete`` without values drops the attribute."""
+
+    op: Literal["add", "delete", "replace"]
+    attr: str
+    values: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.attr}" + (f" ({len(self.values)})" if self.values else "")
+
+
+_MOD_OPS = {"add": LDAPModOp.ADD, "delete": LDAPModOp.DELETE, "replace": LDAPModOp.REPLACE}
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="surrogateescape")
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    return str(value)
+
+
+def _entry(raw: Any) -> Entry:
+    attrs: dict[str, tuple[str, ...]] = {}
+    for name, values in raw.items(exclude_dn=True):
+        attrs[name.lower()] = tuple(_text(v) for v in values)
+    return Entry(str(raw.dn), attrs)
+
+
+# -- errors --------------------------------------------------------------------------------
+
+
+class DirectoryError(ExternalError):
+    """A failed LDAP request or connection; ``code`` says which kind."""
+
+    def __init__(self, message: str, *, code: ErrorCode = "other", transient: bool = False,
+                 dn: str | None = None) -> None:
+        super().__init__(message, transient=transient)
+        self.code = code
+        self.dn = dn
+
+
+_RESULT_CODES: tuple[tuple[type[Exception], ErrorCode], ...] = (
+    (bonsai.NoSuchObjectError, "not_found"),
+    (bonsai.AlreadyExists, "exists"),
+    (bonsai.ObjectClassViolation, "schema"),
+    (bonsai.InsufficientAccess, "refused"),
+    (bonsai.UnwillingToPerform, "refused"),
+    (bonsai.NotAllowedOnNonleaf, "refused"),
+)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.replace("\n", " ")
+
+
+def _translate(exc: Exception, what: str, dn: str | None) -> DirectoryError:
+    code: ErrorCode = "other"
+    for kind, name in _RESULT_CODES:
+        if isinstance(exc, kind):
+            code = name
+            break
+    where = f" {dn}" if dn else ""
+    return DirectoryError(f"LDAP {what}{where} failed: {_reason(exc)}", code=code, dn=dn)
+
+
+_CONNECTION_ERRORS = (bonsai.ConnectionError, bonsai.ClosedConnection, OSError)
+_TIMEOUTS = (bonsai.TimeoutError, asyncio.TimeoutError)
+
+
+# -- the client ------------------------------------------------------------------------------
+
+
+class Directory:
+    """Pooled, failing-over access to the configured directory.
+
+    Use as ``async with Directory(config) as d:``; entering binds once, so a wrong
+    password or an unreachable directory fails right there with one clear line.
+    ``writes`` counts the adds, modifies and deletes that succeeded.
+    """
+
+    def __init__(self, config: LDAPConfig, *, max_connections: int | None = None) -> None:
+        self.config = config
+        self.timeout = config.request_timeout_seconds
+        self.connect_timeout = config.connect_timeout_seconds
+        self.max_connections = max_connections or config.pool_max_connections
+        self.max_idle = max(config.pool_idle_connections, 1)
+        self._slots = asyncio.Semaphore(self.max_connections)
+        self._idle: list[AIOLDAPConnection] = []
+        self._preferred = 0
+        self._closed = False
+        self.writes: Counter[str] = Counter()
+        self.server: str | None = None  # the server the last connection went to
+
+    async def __aenter__(self) -> Directory:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Bind once now, so that configuration problems surface before any work."""
+        async with self._connection():
+            pass
+
+    async def close(self) -> None:
+        self._closed = True
+        while self._idle:
+            conn = self._idle.pop()
+            try:
+                conn.close()
+            except Exception:  # pragma: no cover - closing a broken socket
+                log.debug("closing an idle LDAP connection failed", exc_info=True)
+
+    # -- connections -----------------------------------------------------------------------
+
+    def _client(self, url: str) -> LDAPClient:
+        starttls = self.config.use_tls and url.lower().startswith("ldap://")
+        client = LDAPClient(url, tls=starttls)
+        if self.config.ca_file is not None:
+            client.set_ca_cert(str(self.config.ca_file))
+        client.set_cert_policy(self.config.cert_policy)
+        client.set_auto_page_acquire(True)
+        if self.config.login_dn:
+            password = self.config.password.get_secret_value() if self.config.password else ""
+            client.set_credentials("SIMPLE", user=self.config.login_dn, password=password)
+        return client
+
+    async def _connect(self) -> AIOLDAPConnection:
+        servers = self.config.servers
+        order = [(self._preferred + k) % len(servers) for k in range(len(servers))]
+        problems = []
+        for index in order:
+            url = servers[index]
+            try:
+                conn = await asyncio.wait_for(
+                    self._client(url).connect(is_async=True, timeout=self.connect_timeout),
+                    self.connect_timeout + 1)
+            except bonsai.AuthenticationError:
+                who = self.config.login_dn or "anonymous"
+                raise DirectoryError(f"LDAP bind as {who} refused by {url}: invalid credentials",
+                                     code="auth") from None
+            except _TIMEOUTS:
+                problems.append(f"{url}: no answer within {self.connect_timeout:g}s")
+            except (*_CONNECTION_ERRORS, bonsai.LDAPError) as exc:
+                problems.append(f"{url}: {_reason(exc)}")
+            else:
+                if index != self._preferred:
+                    log.warning("LDAP: failed over to %s (%s)", url, "; ".join(problems))
+                self._preferred = index
+                self.server = url
+                return conn
+        raise DirectoryError(f"cannot reach any LDAP server ({'; '.join(problems)})",
+                             code="unreachable", transient=True)
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AIOLDAPConnection]:
+        if self._closed:
+            raise DirectoryError("the LDAP client is closed")
+        async with self._slots:
+            conn = self._idle.pop() if self._idle else await self._connect()
+            healthy = False
+            try:
+                yield conn
+                healthy = True
+            except bonsai.LDAPError as exc:
+                # a result code (no such object, …) leaves the connection usable
+                healthy = not isinstance(exc, (*_CONNECTION_ERRORS, *_TIMEOUTS))
+                raise
+            finally:
+                if healthy and not conn.closed and len(self._idle) < self.max_idle \
+                        and not self._closed:
+                    self._idle.append(conn)
+                else:
+                    try:
+                        conn.close()
+                    except Exception:  # pragma: no cover
+                        log.debug("closing an LDAP connection failed", exc_info=True)
+
+    async def _run[T](self, what: str, dn: str | None,
+                      call: Callable[[AIOLDAPConnection], Awaitable[T]]) -> T:
+        """One request on a pooled connection. A connection that turns out dead (pooled
+        connections go stale unnoticed) is dropped and the request retried once on a fresh
+        one, which may be another server."""
+        for attempt in (1, 2):
+            try:
+                async with self._connection() as conn:
+                    return await asyncio.wait_for(call(conn), self.timeout + 1)
+            except _TIMEOUTS:
+                where = f" {dn}" if dn else ""
+                raise DirectoryError(f"LDAP {what}{where} timed out after {self.timeout:g}s",
+                                     code="timeout", transient=True, dn=dn) from None
+            except _CONNECTION_ERRORS as exc:
+                if attempt == 1:
+                    log.info("LDAP %s: connection lost (%s); retrying", what, _reason(exc))
+                    continue
+                raise DirectoryError(f"LDAP {what} {dn or ''}: connection lost: {_reason(exc)}",
+                                     code="unreachable", transient=True, dn=dn) from None
+            except bonsai.LDAPError as exc:
+                raise _translate(exc, what, dn) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- requests --------------------------------------------------------------------------
+
+    async def whoami(self) -> str:
+        return str(await self._run("whoami", None, lambda conn: conn.whoami(self.timeout)))
+
+    async def search(self, base: str, scope: Scope = "sub", filter: str = "(objectClass=*)",
+                     attrs: Sequence[str] | None = None, *,
+                     missing_ok: bool = True) -> list[Entry]:
+        """Entries under ``base`` (paged, so server size limits do not truncate); a
+        missing base gives ``[]`` unless ``missing_ok`` is false."""
+        attrlist = list(attrs) if attrs is not None else None
+
+        async def call(conn: AIOLDAPConnection) -> list[Entry]:
+            if scope == "base":
+                found = await conn.search(base, _SCOPES[scope], filter, attrlist,
+                                          timeout=self.timeout)
+                return [_entry(e) for e in found]
+            pages = await conn.paged_search(base, _SCOPES[scope], filter, attrlist,
+                                            timeout=self.timeout, page_size=PAGE_SIZE)
+            return [_entry(e) async for e in pages]
+
+        try:
+            return await self._run("search", base, call)
+        except DirectoryError as exc:
+            if missing_ok and exc.code == "not_found":
+                return []
+            raise
+
+    async def get(self, dn: str, attrs: Sequence[str] | None = None) -> Entry | None:
+        found = await self.search(dn, "base", "(objectClass=*)", attrs)
+        return found[0] if found else None
+
+    async def exists(self, dn: str) -> bool:
+        return await self.get(dn, ["1.1"]) is not None
+
+    async def add(self, dn: str, attrs: Mapping[str, Iterable[str]]) -> None:
+        async def call(conn: AIOLDAPConnection) -> None:
+            entry = LDAPEntry(dn)
+            for name, values in attrs.items():
+                listed = list(values)
+                if listed:
+                    entry[name] = listed
+            await conn.add(entry, timeout=self.timeout)
+
+        await self._run("add", dn, call)
+        self.writes["add"] += 1
+
+    async def modify(self, dn: str, mods: Sequence[Mod]) -> None:
+        if not mods:
+            return
+
+        async def call(conn: AIOLDAPConnection) -> None:
+            entry = LDAPEntry(dn, conn)
+            for mod in mods:
+                entry.change_attribute(mod.attr, _MOD_OPS[mod.op], *mod.values)
+            await entry.modify(timeout=self.timeout)
+
+        await self._run("modify", dn, call)
+        self.writes["modify"] += 1
+
+    async def delete(self, dn: str, *, missing_ok: bool = False) -> bool:
+        """Delete one (leaf) entry; with ``missing_ok`` an absent entry is not an error.
+        Returns whether something was deleted."""
+        try:
+            await self._run("delete", dn, lambda conn: conn.delete(dn, timeout=self.timeout))
+        except DirectoryError as exc:
+            if missing_ok and exc.code == "not_found":
+                return False
+            raise
+        self.writes["delete"] += 1
+        return True
+
+
+async def check_bind(config: LDAPConfig, dn: str, password: str) -> str:
+    """Bind as ``dn`` with ``password`` over the configured servers; returns whoami.
+    (For checking that a projected password works.)"""
+    as_user = config.model_copy(update={"login_dn": dn, "password": SecretStr(password)})
+    async with Directory(as_user, max_connections=1) as directory:
+        return await directory.whoami()

@@ -1,0 +1,117 @@
+"""A site projected into the legacy puppet account format (``user``/``group``/``share``).
+
+The format and its rules follow the reference's v2 export (spec §3.3): users on the site
+with their groups, sudo groups, tags, expiry, Slurm accounts and automounted home; the
+groups they use plus every access and status group; automounted shares. Static-mount
+storages are not projected (the legacy format only knows autofs). Slurm accounts come from
+slurmer roles and sticky sources, as in the reference (the Slurm sync also counts plain
+members; the legacy consumer never did). A fixed number of queries, whatever the size.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import Any
+
+from beanie.operators import In
+
+from ..models import Group, GroupMembership, SlurmAccount, Storage, User, UserSiteInfo
+from .site import get_site
+from .storage import ResolvedStorage, resolve_storages
+from .user import effective_access
+
+ACCESS_TAGS = {"compute-ssh": "ssh-tag", "root-ssh": "root-ssh-tag", "sudo": "sudo-tag"}
+
+
+def _zfs(resolved: ResolvedStorage) -> dict[str, str] | bool:
+    if resolved.is_managed_zfs and resolved.quota:
+        return {"quota": resolved.quota}
+    return False
+
+
+def _group_storage(r: ResolvedStorage) -> dict[str, Any]:
+    options = sorted((o for o in r.mount_options if o != "fstype=nfs"), reverse=True)
+    return {"name": r.storage.name, "owner": r.storage.owner, "group": r.storage.group,
+            "autofs": {"nas": r.host, "path": r.host_path, "options": ",".join(options)},
+            "zfs": _zfs(r), "globus": r.storage.globus}
+
+
+def _user_record(user: User, usi: UserSiteInfo, *, groups: list[str], sudo: list[str],
+                 accounts: list[str], home: ResolvedStorage | None) -> dict[str, Any]:
+    tags = sorted({ACCESS_TAGS[a] for a in effective_access(user, usi) if a in ACCESS_TAGS}
+                  | ({"system-tag"} if user.type == "system" else set()))
+    expiry = usi.expires_at or user.expires_at
+    record: dict[str, Any] = {
+        "fullname": user.fullname, "email": user.email, "uid": user.uid, "gid": user.gid,
+        "password": user.password, "shell": user.shell, "home": user.home_directory,
+        "groups": groups, "group_sudo": sudo, "tag": tags,
+        "expiry": expiry.date().isoformat() if expiry else None,
+        "slurm": {"account": accounts} if accounts else None,
+    }
+    if home is not None:
+        record["storage"] = {"autofs": {"nas": home.host,
+                                        "path": str(PurePosixPath(home.host_path).parent)},
+                             "zfs": _zfs(home)}
+    return record
+
+
+async def site_to_puppet_legacy(site_name: str) -> dict[str, Any]:
+    """``{"user": {...}, "group": {...}, "share": {...}}`` as plain data (see module doc);
+    empty values are left in: ``puppet.yamlio.dumps`` drops them."""
+    site = await get_site(site_name)
+    usis = {u.user: u for u in await UserSiteInfo.find({"site": site.name}).to_list()}
+    users = {u.name: u for u in await User.find(In(User.name, list(usis))).to_list()}
+    edges = await GroupMembership.find({"site": site.name}).to_list()
+    accounts = {a.group for a in await SlurmAccount.find({"site": site.name}).to_list()}
+    storages = [r for r in await resolve_storages(
+        await Storage.find({"site": site.name}).to_list()) if r.automount_map is not None]
+    homes = {r.storage.owner: r for r in storages if r.storage.category == "home"}
+    group_storages = [r for r in storages if r.storage.category == "group"]
+    sticky = list(site.group.sticky)
+
+    members: dict[str, list[str]] = {}
+    sudoers: dict[str, list[str]] = {}
+    slurmers: dict[str, list[str]] = {}
+    sponsors: dict[str, list[str]] = {}
+    for edge in edges:
+        for role, table in (("member", members), ("sudoer", sudoers), ("slurmer", slurmers),
+                            ("sponsor", sponsors)):
+            if role in edge.roles:
+                table.setdefault(edge.user, []).append(edge.group)
+    sponsors_of: dict[str, list[str]] = {}
+    for user, groups in sponsors.items():
+        for group in groups:
+            sponsors_of.setdefault(group, []).append(user)
+
+    user_records = {}
+    for name in sorted(users):
+        user = users[name]
+        groups = sorted({*members.get(name, []), *sticky} - {name})
+        reach = ({g for g in slurmers.get(name, []) if g in accounts}
+                 | {g for g in sticky if g in accounts} | set(site.slurm.sticky))
+        user_records[name] = _user_record(user, usis[name], groups=groups,
+                                          sudo=sorted(set(sudoers.get(name, []))),
+                                          accounts=sorted(reach), home=homes.get(name))
+
+    wanted = ({e.group for e in edges} | set(sticky) | accounts
+              | {r.storage.group for r in group_storages})
+    groups = await Group.find({"$or": [{"name": {"$in": sorted(wanted)}},
+                                       {"type": {"$in": ["access", "status"]}}]}).to_list()
+    personal = {(u.name, u.gid) for u in users.values()}
+    group_records = {}
+    for group in sorted(groups, key=lambda g: g.name):
+        if (group.name, group.gid) in personal:
+            continue
+        group_records[group.name] = {
+            "gid": group.gid, "sponsors": sorted(set(sponsors_of.get(group.name, []))),
+            "storage": [_group_storage(r) for r in sorted(group_storages,
+                                                          key=lambda r: r.storage.name)
+                        if r.storage.group == group.name]}
+
+    shares = {r.storage.name: {"storage": {
+        "owner": r.storage.owner, "group": r.storage.group,
+        "autofs": {"nas": r.host, "path": r.host_path}, "zfs": _zfs(r)}}
+        for r in sorted(storages, key=lambda r: r.storage.name)
+        if r.storage.category == "share"}
+    return {"user": user_records, "group": group_records, "share": shares}
+

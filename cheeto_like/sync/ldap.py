@@ -1,0 +1,528 @@
+"""The LDAP reconciler: desired (store) -> actual (directory) -> plan -> guarded apply.
+
+``run`` does the four steps for one site and one ``Scope`` (a whole-site sync, one user,
+one group, a prune, a bootstrap) and stores a ``SyncRun`` with the plan counts and every
+write's outcome. The apply:
+- refuses before any write when the plan deletes more entries than ``max_deletions``
+  (``GuardTripped``: the run fails, it is not merely reported);
+- writes nothing at all on a dry run (neither LDAP nor watermarks);
+- runs the batches in order, up to ``concurrency`` writes at a time within a batch,
+  recording every outcome; skips the deletes when anything before them failed, and stops
+  early when the directory becomes unreachable;
+- never raises halfway: the run ends ``ok`` or ``failed`` with the full report.
+Afterwards each record whose writes all succeeded gets this site's watermark
+(``ldap.synced.<site>``, via ``$currentDate``); a record whose ``ldap.modified_at`` moved
+while the run was in flight is marked dirty again, so a mid-run edit is never lost. A
+user who left the site loses the site's watermark once their memberships are gone. At
+most one applying run per site holds the ``ldap:<site>`` lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..adapters.ldap import Directory, DirectoryError, Entry, dn_depth, normalize_dn
+from ..config import LDAPConfig
+from ..errors import GuardTripped, InvalidInput
+from ..models import Group, Storage, SyncRun, User
+from ..models.fields import utcnow
+from ..models.sync import SyncItem
+from ..queries.access_status import SEED_HINT
+from ..queries.group import get_group
+from ..queries.site import get_site
+from ..queries.user import get_user, user_sites
+from ..store import Store
+from .ldap_actual import actual_state, parse_entry, read_memberships
+from .ldap_desired import DesiredState, desired_state
+from .ldap_plan import SEQUENTIAL_BATCHES, Change, Plan, Scope, entry_mods, focus, plan
+from .ldap_state import GROUP_ATTRS, USER_ATTRS, Layout, RecordKey
+from .lease import lease
+
+TARGET = "ldap"
+MAX_STORED_OK_ITEMS = 1000  # a full sync of a large site would not fit one document
+_COLLECTIONS = {"users": User, "groups": Group, "storages": Storage}
+_FATAL = ("unreachable", "auth")
+
+
+@dataclass
+class Report:
+    plan: Plan
+    dry_run: bool
+    items: list[SyncItem] = field(default_factory=list)
+    run_id: str | None = None
+    writes: dict[str, int] = field(default_factory=dict)
+    watermarked: int = 0
+    redirtied: int = 0
+    guard_exceeded: bool = False
+
+    @property
+    def applied(self) -> bool:
+        return not self.dry_run
+
+    @property
+    def failed(self) -> list[SyncItem]:
+        return [i for i in self.items if i.outcome == "failed"]
+
+    @property
+    def skipped(self) -> list[SyncItem]:
+        return [i for i in self.items if i.outcome == "skipped"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.skipped
+
+    def tally(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for item in self.items:
+            counts = out.setdefault(item.batch, {"ok": 0, "failed": 0, "skipped": 0})
+            counts[item.outcome] = counts.get(item.outcome, 0) + 1
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run": self.run_id, "dry_run": self.dry_run, **self.plan.as_dict(),
+                "applied_writes": self.writes, "watermarked": self.watermarked,
+                "redirtied": self.redirtied, "tally": self.tally(),
+                "failed": [i.model_dump() for i in self.failed]}
+
+
+def check_guard(planned: Plan, max_deletions: int | None) -> None:
+    deletions = planned.deletions
+    if max_deletions is not None and len(deletions) > max_deletions:
+        raise GuardTripped(f"the plan deletes {len(deletions)} LDAP entries, more than "
+                           f"--max-deletions {max_deletions}; nothing was changed",
+                           would_delete=deletions)
+
+
+async def _execute(change: Change, directory: Directory) -> None:
+    if change.op == "add":
+        assert change.entry is not None
+        await directory.add(change.dn, change.entry.as_ldap())
+    elif change.op == "modify":
+        await directory.modify(change.dn, change.mods)
+    elif change.op == "delete":
+        await directory.delete(change.dn, missing_ok=True)
+    else:  # recreate
+        assert change.entry is not None
+        await directory.delete(change.dn, missing_ok=True)
+        await directory.add(change.entry.dn, change.entry.as_ldap())
+
+
+async def apply_plan(planned: Plan, directory: Directory, *, concurrency: int = 1,
+                     max_deletions: int | None) -> list[SyncItem]:
+    """Execute the plan in order; one item per change, never raises midway."""
+    check_guard(planned, max_deletions)
+    items: list[SyncItem] = []
+    failed = False
+    fatal: list[str] = []
+
+    for batch in planned.batches:
+        limit = asyncio.Semaphore(1 if batch.label in SEQUENTIAL_BATCHES else max(concurrency, 1))
+        skip_reason = "skipped: an earlier step failed" if batch.kind == "delete" and failed \
+            else None
+
+        async def one(change: Change, label: str = batch.label, skip: str | None = skip_reason,
+                      limit: asyncio.Semaphore = limit) -> SyncItem:
+            base = {"batch": label, "command": str(change), "targets": [change.label]}
+            if skip is not None or fatal:
+                return SyncItem(**base, outcome="skipped",
+                                detail=skip or f"skipped: {fatal[0]}")
+            async with limit:
+                if fatal:
+                    return SyncItem(**base, outcome="skipped", detail=f"skipped: {fatal[0]}")
+                try:
+                    await _execute(change, directory)
+                except DirectoryError as exc:
+                    if exc.code in _FATAL:
+                        fatal.append(exc.message)
+                    return SyncItem(**base, outcome="failed", detail=exc.message)
+                except Exception as exc:  # a bug or an unexpected library error: record it
+                    return SyncItem(**base, outcome="failed",
+                                    detail=f"{type(exc).__name__}: {exc}")
+            return SyncItem(**base, outcome="ok", detail=change.why)
+
+        results = await asyncio.gather(*(one(c) for c in batch.changes))
+        items.extend(results)
+        failed = failed or any(r.outcome != "ok" for r in results)
+    return items
+
+
+# -- watermarks -------------------------------------------------------------------------------
+
+
+def _succeeded(planned: Plan, items: list[SyncItem]) -> set[RecordKey]:
+    """Records in focus none of whose writes failed or were skipped."""
+    outcome = {item.command: item.outcome for item in items}
+    bad: set[RecordKey] = set()
+    for change in planned.changes:
+        if outcome.get(str(change)) != "ok":
+            bad.update(change.records)
+    return set(planned.focus.records) - bad
+
+
+def _same_instant(a: Any, b: datetime) -> bool:
+    return isinstance(a, datetime) and a.tzinfo is not None and a == b
+
+
+async def write_watermarks(store: Store, desired: DesiredState,
+                           records: Iterable[RecordKey]) -> tuple[int, int]:
+    """Stamp ``ldap.synced.<site>`` on the records (``$currentDate``: the embedded store
+    keeps a ``$set`` datetime as a string), drop it from users who left the site, then
+    re-dirty any record changed since this run read it. Returns (stamped, re-dirtied)."""
+    path = f"ldap.synced.{desired.site}"
+    stamp: dict[str, list[tuple[str, datetime]]] = {}
+    unstamp: list[str] = []
+    for key in records:
+        record = desired.records.get(key)
+        if record is None:
+            continue
+        if key[0] == "user" and key[1] in desired.former_users:
+            unstamp.append(record.id)
+        else:
+            stamp.setdefault(record.collection, []).append((record.id, record.modified_at))
+    stamped = redirtied = 0
+    async with store.exclusive():
+        for collection_name, rows in stamp.items():
+            collection = _COLLECTIONS[collection_name].get_pymongo_collection()
+            snapshot = dict(rows)
+            ids = sorted(snapshot)
+            for start in range(0, len(ids), 1000):
+                chunk = ids[start:start + 1000]
+                await collection.update_many({"_id": {"$in": chunk}},
+                                             {"$currentDate": {path: True}})
+                stamped += len(chunk)
+                async for row in collection.find({"_id": {"$in": chunk}}, {"ldap": 1}):
+                    seen = (row.get("ldap") or {}).get("modified_at")
+                    if not _same_instant(seen, snapshot[row["_id"]]):
+                        await collection.update_one(
+                            {"_id": row["_id"]}, {"$currentDate": {"ldap.modified_at": True}})
+                        redirtied += 1
+        if unstamp:
+            users = User.get_pymongo_collection()
+            for start in range(0, len(unstamp), 1000):
+                await users.update_many({"_id": {"$in": unstamp[start:start + 1000]}},
+                                        {"$unset": {path: ""}})
+    return stamped, redirtied
+
+
+# -- runs ---------------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def _connected(config: LDAPConfig, given: Directory | None,
+                     concurrency: int) -> AsyncIterator[Directory]:
+    if given is not None:
+        yield given
+        return
+    size = max(config.pool_max_connections, concurrency)
+    async with Directory(config, max_connections=size) as directory:
+        yield directory
+
+
+@asynccontextmanager
+async def _maybe_lease(store: Store, site: str, active: bool) -> AsyncIterator[None]:
+    if not active:
+        yield
+        return
+    async with lease(store, TARGET, site):
+        yield
+
+
+def scope_for(config: LDAPConfig, **kwargs: Any) -> Scope:
+    return Scope(protected_users=frozenset(config.protected_users), **kwargs)
+
+
+async def run(store: Store, config: LDAPConfig, site_name: str, *, scope: Scope,
+              dry_run: bool = False, max_deletions: int | None = 50, concurrency: int = 1,
+              author: str | None = None, command: str = "sync-site",
+              directory: Directory | None = None) -> Report:
+    """One reconcile run of ``scope`` at ``site_name``."""
+    site = await get_site(site_name)
+    started = time.monotonic()
+    sync_run = SyncRun(target=TARGET, site=site.name, author=author, apply=not dry_run,
+                       extra={"command": command, "full": scope.full, "force": scope.force,
+                              "scope": sorted(scope.kinds), "concurrency": concurrency,
+                              "max_deletions": max_deletions})
+    async with store.exclusive():
+        await sync_run.insert()
+    report: Report | None = None
+    try:
+        desired = await desired_state(site.name, config)
+        if scope.bootstrap and not desired.special_groups:
+            raise InvalidInput(f"no access or status groups to create; {SEED_HINT}")
+        seen = focus(desired, scope)
+        async with _connected(config, directory, concurrency) as connected, \
+                _maybe_lease(store, site.name, not dry_run):
+            actual = await actual_state(connected, desired, scope, seen)
+            planned = plan(desired, actual, scope, seen)
+            report = Report(planned, dry_run=dry_run, run_id=sync_run.id)
+            if dry_run:
+                report.guard_exceeded = max_deletions is not None \
+                    and len(planned.deletions) > max_deletions
+            else:
+                check_guard(planned, max_deletions)
+                before = Counter(connected.writes)
+                report.items = await apply_plan(planned, connected, concurrency=concurrency,
+                                                max_deletions=max_deletions)
+                report.writes = dict(Counter(connected.writes) - before)
+                report.watermarked, report.redirtied = await write_watermarks(
+                    store, desired, _succeeded(planned, report.items))
+        sync_run.status = "ok" if report.ok else "failed"
+        if not report.ok:
+            sync_run.error = (f"{len(report.failed)} LDAP write(s) failed, "
+                              f"{len(report.skipped)} skipped")
+        return report
+    except GuardTripped as exc:
+        sync_run.status, sync_run.error = "aborted", exc.message
+        sync_run.extra["would_delete"] = exc.would_delete[:MAX_STORED_OK_ITEMS]
+        raise
+    except Exception as exc:
+        sync_run.status = "failed"
+        sync_run.error = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        sync_run.finished_at = utcnow()
+        sync_run.duration_s = round(time.monotonic() - started, 3)
+        if report is not None:
+            sync_run.counts = {**report.plan.counts, "writes": report.plan.writes,
+                               "deletions": len(report.plan.deletions),
+                               "watermarked": report.watermarked,
+                               "redirtied": report.redirtied}
+            sync_run.items = _stored_items(report.items)
+            sync_run.extra["notes"] = list(report.plan.notes)
+            sync_run.extra["items_total"] = len(report.items)
+        async with store.exclusive():
+            await sync_run.save()
+
+
+def _stored_items(items: list[SyncItem]) -> list[SyncItem]:
+    """Every failed or skipped item, and the first ok ones up to a bound."""
+    kept: list[SyncItem] = []
+    ok = 0
+    for item in items:
+        if item.outcome == "ok":
+            ok += 1
+            if ok > MAX_STORED_OK_ITEMS:
+                continue
+        kept.append(item)
+    return kept
+
+
+# -- clearing a tree ----------------------------------------------------------------------------
+
+
+@dataclass
+class ClearReport:
+    base: str
+    dry_run: bool
+    dns: list[str]
+    items: list[SyncItem] = field(default_factory=list)
+    run_id: str | None = None
+    guard_exceeded: bool = False
+
+    @property
+    def failed(self) -> list[SyncItem]:
+        return [i for i in self.items if i.outcome != "ok"]
+
+
+def _under(dn: str, base: str) -> bool:
+    return dn == base or dn.endswith("," + base)
+
+
+def clear_order(entries: Iterable[Entry], base: str, exclude: Iterable[str],
+                keep: Iterable[str] = ()) -> list[str]:
+    """DNs strictly under ``base`` to delete, deepest first: nothing inside an excluded
+    subtree, nor any ancestor of one (it could not be deleted), nor the ``keep`` DNs."""
+    norm_base = normalize_dn(base)
+    excluded = [normalize_dn(e) for e in exclude if e]
+    kept = {normalize_dn(k) for k in keep if k}
+    chosen: list[tuple[int, str]] = []
+    for item in entries:
+        norm = normalize_dn(item.dn)
+        if norm == norm_base or not _under(norm, norm_base) or norm in kept:
+            continue
+        if any(_under(norm, e) or _under(e, norm) for e in excluded):
+            continue
+        if any(_under(k, norm) for k in kept):
+            continue
+        chosen.append((dn_depth(item.dn), item.dn))
+    return [dn for _, dn in sorted(chosen, key=lambda x: (-x[0], x[1]))]
+
+
+async def clear_tree(store: Store, config: LDAPConfig, *, base: str, exclude: list[str],
+                     max_deletions: int | None = 200, dry_run: bool = False,
+                     concurrency: int = 4, author: str | None = None,
+                     label: str = "*", directory: Directory | None = None) -> ClearReport:
+    """Delete every entry under ``base`` (not ``base`` itself), deepest first, one depth
+    at a time; refuses past ``max_deletions``. The bind DN is never deleted."""
+    started = time.monotonic()
+    sync_run = SyncRun(target=TARGET, site=label, author=author, apply=not dry_run,
+                       extra={"command": "clear-tree", "base": base, "exclude": exclude})
+    async with store.exclusive():
+        await sync_run.insert()
+    report: ClearReport | None = None
+    try:
+        async with _connected(config, directory, concurrency) as connected, \
+                _maybe_lease(store, label, not dry_run):
+            listing = await connected.search(base, "sub", "(objectClass=*)", ["1.1"],
+                                             missing_ok=False)
+            order = clear_order(listing, base, exclude, [config.login_dn or ""])
+            report = ClearReport(base, dry_run, order, run_id=sync_run.id)
+            report.guard_exceeded = max_deletions is not None and len(order) > max_deletions
+            if report.guard_exceeded and not dry_run:
+                raise GuardTripped(f"clearing {base} deletes {len(order)} entries, more than "
+                                   f"--max-deletions {max_deletions}; nothing was changed",
+                                   would_delete=order)
+            if not dry_run:
+                report.items = await _delete_in_bands(order, connected, concurrency)
+        sync_run.status = "ok" if not report.failed else "failed"
+        return report
+    except GuardTripped as exc:
+        sync_run.status, sync_run.error = "aborted", exc.message
+        raise
+    except Exception as exc:
+        sync_run.status = "failed"
+        sync_run.error = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        sync_run.finished_at = utcnow()
+        sync_run.duration_s = round(time.monotonic() - started, 3)
+        if report is not None:
+            sync_run.counts = {"deletions": len(report.dns)}
+            sync_run.items = _stored_items(report.items)
+        async with store.exclusive():
+            await sync_run.save()
+
+
+async def _delete_in_bands(order: list[str], directory: Directory,
+                           concurrency: int) -> list[SyncItem]:
+    items: list[SyncItem] = []
+    limit = asyncio.Semaphore(max(concurrency, 1))
+    bands: dict[int, list[str]] = {}
+    for dn in order:
+        bands.setdefault(dn_depth(dn), []).append(dn)
+
+    async def one(dn: str) -> SyncItem:
+        base = {"batch": "clear tree", "command": f"delete {dn}", "targets": [dn]}
+        async with limit:
+            try:
+                await directory.delete(dn, missing_ok=True)
+            except DirectoryError as exc:
+                return SyncItem(**base, outcome="failed", detail=exc.message)
+        return SyncItem(**base, outcome="ok")
+
+    for depth in sorted(bands, reverse=True):
+        items.extend(await asyncio.gather(*(one(dn) for dn in bands[depth])))
+    return items
+
+
+# -- inspection (``ng ldap show …``) --------------------------------------------------------
+
+
+def _watermarks(info: Any, sites: Iterable[str]) -> dict[str, dict[str, Any]]:
+    return {s: {"synced_at": info.synced.get(s), "dirty": info.needs_sync(s)}
+            for s in sorted(set(sites) | set(info.synced))}
+
+
+async def describe_user(config: LDAPConfig, name: str, site: str | None = None,
+                        *, directory: Directory | None = None) -> dict[str, Any]:
+    """The user's entry as LDAP holds it, its sync state per site, and (with ``site``)
+    what a sync would change in it and in the site's groups."""
+    user = await get_user(name)
+    layout = Layout.for_site(config, site or "-")
+    dn = layout.user_dn(name)
+    data: dict[str, Any] = {"user": name, "dn": dn, "ignore": user.ldap.ignore,
+                            "modified_at": user.ldap.modified_at,
+                            "sites": _watermarks(user.ldap, await user_sites(name))}
+    async with _connected(config, directory, 1) as connected:
+        found = await connected.get(dn, ["objectClass", *USER_ATTRS])
+        have = parse_entry("user", found) if found else None
+        data["entry"] = have.as_dict() if have else None
+        if site is None:
+            return data
+        desired = await desired_state(site, config)
+        want = desired.users.get(name)
+        data["on_site"] = want is not None
+        if want is None:
+            data["pending"] = []
+        elif have is None:
+            data["pending"] = ["add entry"]
+        else:
+            mods, recreate = entry_mods(want, have)
+            data["pending"] = ["recreate entry"] if recreate else [str(m) for m in mods]
+        by_uid, by_dn = (await read_memberships(connected, desired, [name]))[name]
+        should = {g for g, e in desired.groups.items() if name in e.get("memberUid")}
+        listed = by_uid | by_dn
+        data["groups"] = {"desired": sorted(should), "ldap": sorted(listed),
+                          "missing": sorted(should - by_uid) + sorted(
+                              f"{g} (member DN)" for g in should - by_dn),
+                          "extra": sorted(listed - should)}
+    return data
+
+
+async def describe_group(config: LDAPConfig, name: str, site: str, *,
+                         directory: Directory | None = None) -> dict[str, Any]:
+    group = await get_group(name)
+    desired = await desired_state(site, config)
+    dn = desired.layout.group_dn(name)
+    want = desired.groups.get(name)
+    data: dict[str, Any] = {"group": name, "site": desired.site, "dn": dn,
+                            "at_site": want is not None, "ignore": group.ldap.ignore,
+                            "modified_at": group.ldap.modified_at,
+                            "sync": _watermarks(group.ldap, [desired.site])[desired.site]}
+    async with _connected(config, directory, 1) as connected:
+        found = await connected.get(dn, ["objectClass", *GROUP_ATTRS])
+    have = parse_entry("group", found) if found else None
+    data["entry"] = have.as_dict() if have else None
+    wanted = sorted(want.get("memberUid")) if want else []
+    present = sorted(have.get("memberUid")) if have else []
+    data["members"] = {"desired": wanted, "missing": sorted(set(wanted) - set(present)),
+                       "extra": sorted(set(present) - set(wanted))}
+    if want is None:
+        data["pending"] = ["delete entry (prune)"] if have else []
+    elif have is None:
+        data["pending"] = ["add entry"]
+    else:
+        mods, recreate = entry_mods(want, have)
+        data["pending"] = ["recreate entry"] if recreate else [str(m) for m in mods]
+    return data
+
+
+async def describe_site(config: LDAPConfig, site: str, *,
+                        directory: Directory | None = None) -> dict[str, Any]:
+    """Where the site lives in LDAP, how much is there, what is dirty, the last run."""
+    desired = await desired_state(site, config)
+    layout = desired.layout
+    async with _connected(config, directory, 1) as connected:
+        users = await connected.search(layout.users, "one", "(objectClass=posixAccount)",
+                                       ["1.1"])
+        groups = await connected.search(layout.groups, "one", "(objectClass=posixGroup)",
+                                        ["1.1"])
+        keys = await connected.search(layout.automount, "sub", "(objectClass=automount)",
+                                      ["1.1"])
+    last = await SyncRun.find({"target": TARGET, "site": desired.site}).sort(
+        -SyncRun.started_at).limit(1).to_list()
+    return {
+        "site": desired.site,
+        "layout": {"users": layout.users, "site": layout.site_dn, "groups": layout.groups,
+                   "automount": layout.automount},
+        "store": {"users": len(desired.users), "groups": len(desired.groups),
+                  "automount_keys": len(desired.automounts),
+                  "ignored": len(desired.ignored_users) + len(desired.ignored_groups)
+                  + len(desired.ignored_automounts)},
+        "dirty": {"users": len(desired.dirty_users), "left_site": len(desired.former_users),
+                  "groups": len(desired.dirty_groups),
+                  "automount_keys": len(desired.dirty_automounts)},
+        "ldap": {"posix_users_in_base": len(users), "groups": len(groups),
+                 "automount_keys": len(keys)},
+        "last_run": None if not last else {
+            "id": last[0].id, "status": last[0].status, "started_at": last[0].started_at,
+            "apply": last[0].apply, "counts": last[0].counts, "error": last[0].error},
+        "notes": list(desired.notes),
+    }

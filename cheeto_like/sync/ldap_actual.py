@@ -1,0 +1,229 @@
+"""Actual LDAP state of one site: read with explicit attribute lists, scoped to what the
+run looks at, and parsed into the same ``EntryState`` shapes as the desired side.
+
+Every run lists the DNs under the user base and the site's groups OU (so missing and
+stray entries are always seen) and reads the site's automount keys (small). Entries in
+focus are read in full: all of them with ``--full``, otherwise the dirty ones, fetched
+by name in OR-filters. Memberships of users in focus come from two searches per user
+(``memberUid=<name>``, ``member=<dn>``), or, when many users are in focus, from one read
+of every group of the site. Every filter value is RFC 4515-escaped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+
+from ..adapters.ldap import (
+    Directory,
+    Entry,
+    escape_filter_value,
+    normalize_dn,
+    parent_dn,
+    parse_dn,
+)
+from .ldap_desired import DesiredState
+from .ldap_plan import ActualState, Focus, Scope
+from .ldap_state import AUTOMOUNT_ATTRS, GROUP_ATTRS, USER_ATTRS, EntryState, Kind, attr_names
+
+CHUNK = 50  # names per OR-filter
+
+
+def parse_entry(kind: Kind, found: Entry) -> EntryState:
+    """The managed attributes of ``found`` (canonical names), unmanaged ones ignored."""
+    attrs: dict[str, frozenset[str]] = {}
+    for name in attr_names(kind):
+        values = found.get(name)
+        if values:
+            attrs[name] = frozenset(values)
+    return EntryState(kind, found.dn, tuple(found.get("objectClass")), attrs)
+
+
+def entry_name(found: Entry, attr: str) -> str | None:
+    """The entry's name: its RDN value when the RDN is ``attr``, else the attribute."""
+    try:
+        first = parse_dn(found.dn)[0][0]
+    except (ValueError, IndexError):
+        return found.first(attr)
+    if first[0].lower() == attr.lower():
+        return first[1]
+    return found.first(attr)
+
+
+def _or_filter(attr: str, names: Sequence[str]) -> str:
+    terms = "".join(f"({attr}={escape_filter_value(n)})" for n in names)
+    return terms if len(names) == 1 else f"(|{terms})"
+
+
+def _chunks(names: Iterable[str]) -> list[list[str]]:
+    ordered = sorted(names)
+    return [ordered[i:i + CHUNK] for i in range(0, len(ordered), CHUNK)]
+
+
+class _Reader:
+    def __init__(self, directory: Directory, desired: DesiredState) -> None:
+        self.d = directory
+        self.desired = desired
+        self.layout = desired.layout
+        self.notes: list[str] = []
+
+    def index(self, entries: list[Entry], attr: str, what: str) -> dict[str, Entry]:
+        found: dict[str, Entry] = {}
+        for item in entries:
+            name = entry_name(item, attr)
+            if name is None:
+                continue
+            if name in found:
+                self.notes.append(f"two {what} entries named {name}: {found[name].dn} and "
+                                  f"{item.dn} (only the first is managed)")
+                continue
+            found[name] = item
+        return found
+
+    async def containers(self) -> tuple[frozenset[str], dict[str, str]]:
+        present: set[str] = set()
+        maps: dict[str, str] = {}
+        users = await self.d.get(self.layout.users, ["objectClass"])
+        if users is not None:
+            present.add(normalize_dn(users.dn))
+        automount = normalize_dn(self.layout.automount)
+        for item in await self.d.search(
+                self.layout.site_dn, "sub",
+                "(|(objectClass=organizationalUnit)(objectClass=automountMap))",
+                ["objectClass", "automountMapName"]):
+            present.add(normalize_dn(item.dn))
+            if "automountmap" in item.object_classes and _parent(item.dn) == automount:
+                name = entry_name(item, "automountMapName")
+                if name is not None:
+                    maps[name] = item.dn
+        return frozenset(present), maps
+
+    async def by_name(self, base: str, attr: str, names: Iterable[str],
+                      attrs: Sequence[str]) -> list[Entry]:
+        batches = await asyncio.gather(*(
+            self.d.search(base, "one", _or_filter(attr, chunk), attrs)
+            for chunk in _chunks(names)))
+        return [item for batch in batches for item in batch]
+
+    async def users(self, seen: Focus) -> tuple[dict[str, Entry], dict[str, EntryState]]:
+        full_attrs = ["objectClass", *USER_ATTRS]
+        if seen.read_all_users:
+            listing = self.index(await self.d.search(self.layout.users, "one",
+                                                     "(objectClass=*)", full_attrs),
+                                 "uid", "user")
+            return listing, {n: parse_entry("user", e) for n, e in listing.items()}
+        listing = self.index(await self.d.search(self.layout.users, "one", "(objectClass=*)",
+                                                 ["uid", "objectClass"]), "uid", "user")
+        wanted = [n for n in seen.users if n in listing]
+        read = self.index(await self.by_name(self.layout.users, "uid", wanted, full_attrs),
+                          "uid", "user")
+        return listing, {n: parse_entry("user", e) for n, e in read.items() if n in wanted}
+
+    async def groups(self, seen: Focus, read_all: bool
+                     ) -> tuple[dict[str, Entry], dict[str, EntryState]]:
+        full_attrs = ["objectClass", *GROUP_ATTRS]
+        if read_all:
+            listing = self.index(await self.d.search(self.layout.groups, "one",
+                                                     "(objectClass=*)", full_attrs),
+                                 "cn", "group")
+            return listing, {n: parse_entry("group", e) for n, e in listing.items()}
+        listing = self.index(await self.d.search(self.layout.groups, "one", "(objectClass=*)",
+                                                 ["cn", "objectClass"]), "cn", "group")
+        wanted = [n for n in seen.groups if n in listing]
+        read = self.index(await self.by_name(self.layout.groups, "cn", wanted, full_attrs),
+                          "cn", "group")
+        return listing, {n: parse_entry("group", e) for n, e in read.items() if n in wanted}
+
+    def memberships_from(self, groups: dict[str, EntryState], users: Iterable[str]
+                         ) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+        wanted = set(users)
+        by_uid: dict[str, set[str]] = {u: set() for u in wanted}
+        by_dn: dict[str, set[str]] = {u: set() for u in wanted}
+        dn_of = {normalize_dn(self.layout.user_dn(u)): u for u in wanted}
+        for name, group in groups.items():
+            for uid in group.get("memberUid"):
+                if uid in wanted:
+                    by_uid[uid].add(name)
+            for dn in group.get("member"):
+                try:
+                    user = dn_of.get(normalize_dn(dn))
+                except ValueError:
+                    continue
+                if user is not None:
+                    by_dn[user].add(name)
+        return {u: (frozenset(by_uid[u]), frozenset(by_dn[u])) for u in wanted}
+
+    async def memberships_of(self, users: Iterable[str]
+                             ) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+        names = sorted(users)
+
+        async def groups_matching(assertion: str) -> frozenset[str]:
+            found = await self.d.search(self.layout.groups, "one", assertion, ["1.1"])
+            return frozenset(n for n in (entry_name(e, "cn") for e in found) if n)
+
+        results = await asyncio.gather(*(
+            groups_matching(f"(memberUid={escape_filter_value(u)})") for u in names),
+            *(groups_matching(f"(member={escape_filter_value(self.layout.user_dn(u))})")
+              for u in names))
+        half = len(names)
+        return {u: (results[i], results[half + i]) for i, u in enumerate(names)}
+
+    async def automounts(self) -> dict[tuple[str, str], EntryState]:
+        found: dict[tuple[str, str], EntryState] = {}
+        automount = normalize_dn(self.layout.automount)
+        for item in await self.d.search(self.layout.automount, "sub", "(objectClass=automount)",
+                                        ["objectClass", *AUTOMOUNT_ATTRS]):
+            try:
+                rdns = parse_dn(item.dn)
+            except ValueError:
+                continue
+            if len(rdns) < 2 or rdns[1][0][0].lower() != "automountmapname" \
+                    or _parent(parent_dn(item.dn)) != automount:
+                continue  # not a key of one of the site's maps
+            key = entry_name(item, "automountKey")
+            if key is None:
+                continue
+            state = parse_entry("automount", item)
+            found.setdefault((rdns[1][0][1], key), state)
+        return found
+
+
+def _parent(dn: str) -> str:
+    try:
+        return normalize_dn(parent_dn(dn))
+    except ValueError:
+        return ""
+
+
+async def actual_state(directory: Directory, desired: DesiredState, scope: Scope,
+                       seen: Focus) -> ActualState:
+    reader = _Reader(directory, desired)
+    kinds = set(scope.kinds)
+    prune = scope.prune if "prune" in kinds else frozenset()
+    containers, maps = await reader.containers()
+    user_index: dict[str, Entry] = {}
+    users: dict[str, EntryState] = {}
+    if "users" in kinds or "users" in prune:
+        user_index, users = await reader.users(seen)
+    group_index: dict[str, Entry] = {}
+    groups: dict[str, EntryState] = {}
+    memberships: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+    if kinds & {"users", "groups"} or "groups" in prune or scope.bootstrap:
+        group_index, groups = await reader.groups(seen, seen.read_all_groups)
+        if seen.member_users:
+            if seen.read_all_groups:
+                memberships = reader.memberships_from(groups, seen.member_users)
+            else:
+                memberships = await reader.memberships_of(seen.member_users)
+    automounts: dict[tuple[str, str], EntryState] = {}
+    if "automounts" in kinds or "automounts" in prune:
+        automounts = await reader.automounts()
+    return ActualState(containers=containers, user_index=user_index, group_index=group_index,
+                       users=users, groups=groups, memberships=memberships, maps=maps,
+                       automounts=automounts, notes=tuple(reader.notes))
+
+
+async def read_memberships(directory: Directory, desired: DesiredState, users: Iterable[str]
+                           ) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    """For each user: the site's groups listing them by memberUid, and by member DN."""
+    return await _Reader(directory, desired).memberships_of(users)

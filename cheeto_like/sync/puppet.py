@@ -1,0 +1,136 @@
+"""The legacy puppet sync: a site's account YAML and users' SSH keys, committed to a clone
+of the puppet repository (and pushed).
+
+Desired: ``domains/<fqdn>/merged/all.yaml`` (the puppet-legacy export) and
+``keys/<user>.pub`` for every user on the site who has keys (raw keys, one per line).
+Actual: the files in the clone. The plan is the list of files to write or delete; the
+apply is one ``adapters.git`` roundtrip that stages only those paths (nothing else in the
+repository is ever committed), makes no commit when nothing changed, and leaves the base
+branch clean with no stray remote branch when anything fails.
+
+``keys/`` is shared by every site the repository serves, so a key file is deleted only
+when its user is on no site at all (or has no keys left while on this site); other
+sites' users are never touched.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from beanie.operators import In
+
+from ..adapters.git import GitRepo, Roundtrip
+from ..models import SshKey, SyncRun, UserSiteInfo
+from ..models.fields import utcnow
+from ..models.sync import SyncItem
+from ..puppet.yamlio import dumps
+from ..queries.puppet_legacy import site_to_puppet_legacy
+from ..queries.site import get_site
+from ..store import Store
+from .lease import lease
+
+TARGET = "puppet"
+KEYS_DIR = "keys"
+
+
+@dataclass(frozen=True)
+class PuppetFiles:
+    """What the repository should hold for one site: path -> content, and the key files
+    to delete."""
+
+    writes: dict[str, str]
+    deletes: frozenset[str]
+
+
+async def desired_files(site_name: str, repo: Path) -> PuppetFiles:
+    site = await get_site(site_name)
+    writes = {f"domains/{site.fqdn}/merged/all.yaml":
+              dumps(await site_to_puppet_legacy(site.name))}
+    on_site = sorted({u.user for u in await UserSiteInfo.find({"site": site.name}).to_list()})
+    keys: dict[str, list[str]] = {}
+    for key in await SshKey.find(In(SshKey.user, on_site)).sort(+SshKey.created_at).to_list():
+        keys.setdefault(key.user, []).append(key.key)
+    for user, entries in keys.items():
+        writes[f"{KEYS_DIR}/{user}.pub"] = "".join(f"{entry}\n" for entry in entries)
+    on_any_site = {u.user for u in await UserSiteInfo.find({}).to_list()}
+    deletes = set()
+    for existing in sorted((repo / KEYS_DIR).glob("*.pub")):
+        user = existing.stem
+        if user not in on_any_site or (user in on_site and user not in keys):
+            deletes.add(f"{KEYS_DIR}/{existing.name}")
+    return PuppetFiles(writes, frozenset(deletes))
+
+
+def changed_files(files: PuppetFiles, repo: Path) -> list[str]:
+    """The files whose content differs from the clone's working tree (the dry run)."""
+    changed = []
+    for path, text in sorted(files.writes.items()):
+        target = repo / path
+        if not target.exists() or target.read_text() != text:
+            changed.append(path)
+    return changed + sorted(p for p in files.deletes if (repo / p).exists())
+
+
+def _write(files: PuppetFiles) -> object:
+    def write(rt: Roundtrip) -> None:
+        for path, text in files.writes.items():
+            target = rt.path / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        for path in files.deletes:
+            (rt.path / path).unlink(missing_ok=True)
+    return write
+
+
+@dataclass
+class PuppetReport:
+    site: str
+    dry_run: bool
+    changed: list[str] = field(default_factory=list)
+    committed: bool = False
+    commit: str | None = None
+    pushed: bool = False
+    run_id: str | None = None
+
+
+async def sync_puppet(store: Store, site_name: str, repo_path: str | Path, *,
+                      push: bool = False, base: str = "main", dry_run: bool = False,
+                      author: str | None = None, git_timeout: float = 60.0) -> PuppetReport:
+    """One puppet sync run for a site, recorded as a ``SyncRun``."""
+    site = await get_site(site_name)
+    repo = GitRepo(repo_path, timeout=git_timeout)
+    await repo.ensure_clone()
+    started = time.monotonic()
+    run = SyncRun(target=TARGET, site=site.name, author=author, apply=not dry_run,
+                  extra={"repo": str(repo_path), "push": push, "base": base})
+    async with store.exclusive():
+        await run.insert()
+    report = PuppetReport(site.name, dry_run, run_id=run.id)
+    try:
+        files = await desired_files(site.name, Path(repo_path))
+        report.changed = changed_files(files, Path(repo_path))
+        if not dry_run:
+            async with lease(store, TARGET, site.name):
+                result = await repo.commit_files(
+                    _write(files), owned=[*files.writes, *files.deletes],
+                    message=f"Update merged yaml for {site.name}", base=base, push=push)
+            report.committed, report.commit, report.pushed = (
+                result.changed, result.commit, result.pushed)
+            report.changed = list(result.files)
+        run.status = "ok"
+        return report
+    except Exception as exc:
+        run.status, run.error = "failed", f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        run.finished_at = utcnow()
+        run.duration_s = round(time.monotonic() - started, 3)
+        run.counts = {"files": len(report.changed)}
+        run.items = [SyncItem(batch="files", command="write or delete", targets=[path],
+                              outcome="ok" if report.committed else "planned")
+                     for path in report.changed]
+        run.extra |= {"commit": report.commit, "pushed": report.pushed}
+        async with store.exclusive():
+            await run.save()
