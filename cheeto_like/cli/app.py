@@ -86,15 +86,31 @@ def command(*path: str, help: str, store: bool = False,
     return wrap
 
 
+async def _show_help(args: argparse.Namespace) -> int:
+    args.parser_for_help.print_help(sys.stderr)
+    return 2
+
+
 def group_help(*path: str, help: str, aliases: list[str] | None = None) -> None:
-    """Register a container node so that ``--help`` lists it with a description."""
+    """Describe a container node so that ``--help`` lists it with a description.
 
-    async def show_help(args: argparse.Namespace) -> int:
-        args.parser_for_help.print_help(sys.stderr)
-        return 2
-
-    sub = commands.register(*path, help=help, description=help, aliases=aliases)(show_help)
-    sub.parser.set_defaults(parser_for_help=sub.parser)
+    Idempotent and order-free: when a module registered a command below the node first
+    (ponderosa then created the node bare), the existing node just gets its help.
+    """
+    chain = commands._find_cmd_chain(list(path))
+    if all(node is not None for node in chain):
+        parser = chain[-1]
+        parent = chain[-2] if len(chain) > 1 else commands._root
+        for action in parent._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for choice in action._choices_actions:
+                    if choice.dest == path[-1]:
+                        choice.help = help
+        parser.description = help
+    else:
+        parser = commands.register(*path, help=help, description=help,
+                                   aliases=aliases)(_show_help).parser
+    parser.set_defaults(func=_show_help, parser_for_help=parser)
 
 
 def _common_args(parser: argparse.ArgumentParser) -> None:

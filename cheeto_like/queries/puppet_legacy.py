@@ -98,15 +98,16 @@ async def site_to_puppet_legacy(site_name: str) -> dict[str, Any]:
     groups = await Group.find({"$or": [{"name": {"$in": sorted(wanted)}},
                                        {"type": {"$in": ["access", "status"]}}]}).to_list()
     personal = {(u.name, u.gid) for u in users.values()}
+    storages_of: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(group_storages, key=lambda r: r.storage.name):
+        storages_of.setdefault(r.storage.group, []).append(_group_storage(r))
     group_records = {}
     for group in sorted(groups, key=lambda g: g.name):
         if (group.name, group.gid) in personal:
             continue
         group_records[group.name] = {
             "gid": group.gid, "sponsors": sorted(set(sponsors_of.get(group.name, []))),
-            "storage": [_group_storage(r) for r in sorted(group_storages,
-                                                          key=lambda r: r.storage.name)
-                        if r.storage.group == group.name]}
+            "storage": storages_of.get(group.name, [])}
 
     shares = {r.storage.name: {"storage": {
         "owner": r.storage.owner, "group": r.storage.group,

@@ -26,7 +26,7 @@ from ..models.sync import SyncItem
 from ..queries.site import get_site
 from ..store import Store
 from .lease import lease
-from .slurm_actual import StateReader, actual_state
+from .slurm_actual import StateReader, actual_state, with_deletion_facts
 from .slurm_desired import desired_state
 from .slurm_plan import Plan, plan
 
@@ -123,6 +123,9 @@ async def sync_site(store: Store, site_name: str, *, reader: StateReader,
         desired = await desired_state(site.name)
         actual = await actual_state(reader, site.cluster_name)
         planned = plan(desired, actual)
+        if planned.deletions:  # only deletions need the two costly extra reads
+            actual = await with_deletion_facts(reader, actual)
+            planned = plan(desired, actual)
         report = Report(planned, applied=apply, run_id=run.id)
         if dump_commands is not None:
             write_commands(planned, dump_commands)

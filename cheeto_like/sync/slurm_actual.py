@@ -10,6 +10,7 @@ in docs/sacctmgr-notes.md and tests/adapters/test_sacctmgr_conformance.py.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Protocol
 
 from ..adapters.sacctmgr import SAcctMgr
@@ -154,19 +155,28 @@ def parse_foreign_qos(text: str, cluster: str) -> frozenset[str]:
 
 
 async def actual_state(reader: StateReader, cluster: str) -> SlurmState:
+    """The cluster's state without the two reads only deletions need (see
+    ``with_deletion_facts``): on a large slurmdbd each costs as much as all the others."""
     qos = parse_qos(await reader.read("qos", cluster))
     accounts, associations = parse_associations(await reader.read("assoc", cluster))
     defaults = parse_default_accounts(await reader.read("user", cluster))
+    coordinators = parse_coordinators(await reader.read("coordinator", cluster), set(accounts))
+    return SlurmState(cluster=cluster, qos=qos, accounts=accounts, associations=associations,
+                      default_accounts=defaults, coordinators=coordinators)
+
+
+async def with_deletion_facts(reader: StateReader, actual: SlurmState) -> SlurmState:
+    """Add which association rows are default rows (deletes are split by it) and which
+    QOS other clusters use (never removed from here)."""
+    cluster = actual.cluster
     default_text = await reader.read("defaults", cluster)
     if default_text.strip():
         default_rows = parse_default_rows(default_text)
     else:  # offline without that dump: the rows on each user's default account
-        default_rows = frozenset(k for k in associations if defaults.get(k.user) == k.account)
-    coordinators = parse_coordinators(await reader.read("coordinator", cluster), set(accounts))
+        default_rows = frozenset(k for k in actual.associations
+                                 if actual.default_accounts.get(k.user) == k.account)
     foreign = parse_foreign_qos(await reader.read("usage", cluster), cluster)
-    return SlurmState(cluster=cluster, qos=qos, accounts=accounts, associations=associations,
-                      default_accounts=defaults, coordinators=coordinators,
-                      default_rows=default_rows, foreign_qos=foreign)
+    return replace(actual, default_rows=default_rows, foreign_qos=foreign)
 
 
 async def read_user_state(runner: SAcctMgr, cluster: str,

@@ -51,7 +51,7 @@ def test_a_directory_is_not_a_yaml_file(tmp_path: Path):
 def test_dump_sorts_and_drops_empty_values_but_keeps_false():
     data = {"zeta": 1, "alpha": {"b": None, "a": [], "c": {}, "d": False, "e": 0,
                                  "f": {"only": None}}, "mid": ["x", None, {}]}
-    assert dumps(data) == "alpha:\n  d: false\n  e: 0\nmid:\n  - x\nzeta: 1\n"
+    assert dumps(data) == "alpha:\n  d: false\n  e: 0\nmid:\n- x\nzeta: 1\n"
 
 
 def test_dump_quotes_long_strings_and_never_wraps():
@@ -65,7 +65,7 @@ def test_dump_quotes_long_strings_and_never_wraps():
 def test_dump_writes_sets_as_sorted_lists_and_round_trips():
     data = {"tags": {"b", "a"}, "user": {"alice": {"uid": 1, "expiry": "2025-01-02"}}}
     text = dumps(data)
-    assert "tags:\n  - a\n  - b\n" in text
+    assert "tags:\n- a\n- b\n" in text
     assert loads(text) == {"tags": ["a", "b"], "user": {"alice": {"uid": 1,
                                                                    "expiry": "2025-01-02"}}}
 
