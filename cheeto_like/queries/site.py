@@ -66,6 +66,28 @@ async def list_sites(session: Session = None) -> list[Site]:
     return await Site.find_all(session=session).sort(+Site.name).to_list()
 
 
+async def find_at_site[D: Document](model: type[D], site: str, name: str,
+                                   session: Session = None) -> D | None:
+    """A record identified by (name, site): partitions, QOS, volumes, maps, mounts."""
+    from ..models.base import select_one
+
+    return await select_one(model, session, name=name, site=site)
+
+
+async def get_at_site[D: Document](model: type[D], kind: str, site: str, name: str,
+                                  session: Session = None) -> D:
+    found = await find_at_site(model, site, name, session)
+    if found is None:
+        raise NotFound(f"{kind} {name!r} does not exist at site {site!r}")
+    return found
+
+
+async def list_at_site[D: Document](model: type[D], site: str,
+                                   session: Session = None) -> list[D]:
+    return sorted(await model.find({"site": site}, session=session).to_list(),
+                  key=lambda d: d.name)  # type: ignore[attr-defined]
+
+
 async def count_site_dependents(site: str, session: Session = None) -> dict[str, int]:
     return {label: await model.find({"site": site}, session=session).count()
             for label, model in SITE_LINKED_MODELS}

@@ -27,40 +27,34 @@ from ..models import (
 from ..models.base import select, select_one
 from ..models.fields import utcnow
 from ..models.slurm import TRESTotal
+from .site import find_at_site, get_at_site, list_at_site
 
 Session = AsyncClientSession | None
 BUCKETS = ("group_limits", "user_limits", "job_limits")
 
 
 async def find_partition(site: str, name: str, session: Session = None) -> SlurmPartition | None:
-    return await select_one(SlurmPartition, session, name=name, site=site)
+    return await find_at_site(SlurmPartition, site, name, session)
 
 
 async def get_partition(site: str, name: str, session: Session = None) -> SlurmPartition:
-    found = await find_partition(site, name, session)
-    if found is None:
-        raise NotFound(f"partition {name!r} does not exist at site {site!r}")
-    return found
+    return await get_at_site(SlurmPartition, "partition", site, name, session)
 
 
 async def list_partitions(site: str, session: Session = None) -> list[SlurmPartition]:
-    return await SlurmPartition.find({"site": site}, session=session).sort(
-        +SlurmPartition.name).to_list()
+    return await list_at_site(SlurmPartition, site, session)
 
 
 async def find_qos(site: str, name: str, session: Session = None) -> SlurmQOS | None:
-    return await select_one(SlurmQOS, session, name=name, site=site)
+    return await find_at_site(SlurmQOS, site, name, session)
 
 
 async def get_qos(site: str, name: str, session: Session = None) -> SlurmQOS:
-    found = await find_qos(site, name, session)
-    if found is None:
-        raise NotFound(f"QOS {name!r} does not exist at site {site!r}")
-    return found
+    return await get_at_site(SlurmQOS, "QOS", site, name, session)
 
 
 async def list_qos(site: str, session: Session = None) -> list[SlurmQOS]:
-    return await SlurmQOS.find({"site": site}, session=session).sort(+SlurmQOS.name).to_list()
+    return await list_at_site(SlurmQOS, site, session)
 
 
 async def qos_allocations(site: str, qos: str | None = None,

@@ -22,6 +22,7 @@ from ..models.storage import (
     storage_host_path,
     storage_quota,
 )
+from .site import find_at_site, get_at_site, list_at_site
 
 Session = AsyncClientSession | None
 
@@ -156,53 +157,36 @@ async def find_home_storage(user: str, site: str, session: Session = None) -> St
 
 
 async def find_volume(site: str, name: str, session: Session = None) -> StorageVolume | None:
-    return await select_one(StorageVolume, session, name=name, site=site)
+    return await find_at_site(StorageVolume, site, name, session)
 
 
 async def get_volume(site: str, name: str, session: Session = None) -> StorageVolume:
-    found = await find_volume(site, name, session)
-    if found is None:
-        raise NotFound(f"volume {name!r} does not exist at site {site!r}")
-    return found
+    return await get_at_site(StorageVolume, "volume", site, name, session)
 
 
 async def list_site_volumes(site: str, session: Session = None) -> list[StorageVolume]:
-    return await StorageVolume.find({"site": site}, session=session).sort(
-        +StorageVolume.name).to_list()
+    return await list_at_site(StorageVolume, site, session)
 
 
 async def find_automount_map(site: str, name: str,
                              session: Session = None) -> AutomountMap | None:
-    return await select_one(AutomountMap, session, name=name, site=site)
+    return await find_at_site(AutomountMap, site, name, session)
 
 
 async def get_automount_map(site: str, name: str, session: Session = None) -> AutomountMap:
-    found = await find_automount_map(site, name, session)
-    if found is None:
-        raise NotFound(f"automount map {name!r} does not exist at site {site!r}")
-    return found
+    return await get_at_site(AutomountMap, "automount map", site, name, session)
 
 
 async def list_site_automount_maps(site: str, session: Session = None) -> list[AutomountMap]:
-    return await AutomountMap.find({"site": site}, session=session).sort(
-        +AutomountMap.name).to_list()
-
-
-async def find_static_mount(site: str, name: str,
-                            session: Session = None) -> StaticMount | None:
-    return await select_one(StaticMount, session, name=name, site=site)
+    return await list_at_site(AutomountMap, site, session)
 
 
 async def get_static_mount(site: str, name: str, session: Session = None) -> StaticMount:
-    found = await find_static_mount(site, name, session)
-    if found is None:
-        raise NotFound(f"static mount {name!r} does not exist at site {site!r}")
-    return found
+    return await get_at_site(StaticMount, "static mount", site, name, session)
 
 
 async def list_site_static_mounts(site: str, session: Session = None) -> list[StaticMount]:
-    return await StaticMount.find({"site": site}, session=session).sort(
-        +StaticMount.name).to_list()
+    return await list_at_site(StaticMount, site, session)
 
 
 async def list_map_storages(site: str, map_name: str,
