@@ -8,20 +8,27 @@ from typing import Any, Literal
 from pydantic import Field
 
 from .base import BaseDoc, index, unique
-from .fields import PosixName, SiteName
+from .fields import NonEmptyStr, PosixName, SiteName
 
 HippoAction = Literal["CreateAccount", "AddAccountToGroup", "UpdateSshKey",
                       "RemoveAccountFromGroup", "CreateGroup"]
 HippoStatus = Literal["Pending", "Complete", "Failed", "Canceled"]
+TERMINAL_STATUSES: tuple[HippoStatus, ...] = ("Complete", "Failed", "Canceled")
 
 
 class HippoEvent(BaseDoc):
     """``target_username``/``target_groupnames`` are what HiPPO asked for; ``target_user``
-    and ``target_groups`` are the local records they resolved to (renames follow those)."""
+    and ``target_groups`` are the local records they resolved to (renames follow those).
+
+    ``action`` is whatever HiPPO sent (one of ``HippoAction`` when it can be handled), so
+    an event with an unknown action is still recorded, Failed with a readable error.
+    ``notified_at`` is set once the event's e-mails went out, so a re-run never sends
+    them twice.
+    """
 
     hippo_id: int
     hippo_endpoint: str
-    action: HippoAction
+    action: NonEmptyStr
     status: HippoStatus = "Pending"
     n_tries: int = 0
     last_error: str | None = None
@@ -37,6 +44,7 @@ class HippoEvent(BaseDoc):
     first_seen_at: datetime | None = None
     completed_at: datetime | None = None
     posted_back_at: datetime | None = None
+    notified_at: datetime | None = None
 
     class Settings(BaseDoc.Settings):
         name = "hippo_events"
