@@ -16,47 +16,15 @@ singletons (not per site: the daemon passes its placeholder site, which is ignor
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
-
-from ..config import Config, TaskBlock
+from ..config import AlertDigestTask, Config, HippoTask, IAMSyncTask, ReapTask
 from ..errors import CheetoError, ConfigError
 from ..store import Store
 
 
 class JobFailed(CheetoError):
     """The run finished but did not do its job (see its SyncRun / History)."""
-
-
-# -- the config blocks (daemon.tasks.<block>) -------------------------------------------------
-
-
-class HippoTask(TaskBlock):
-    """``cheeto.hippo_process`` (block ``hippo``)."""
-
-    post_back: bool = True  # tell HiPPO each event's final status
-    notify: bool = True  # send the account e-mails (needs the mail section)
-
-
-class IAMSyncTask(TaskBlock):
-    """``cheeto.iam_sync`` (block ``iam_sync``)."""
-
-    concurrency: int = Field(default=1, ge=1, le=64)
-    types: list[Literal["user", "admin"]] | None = None  # default: both
-    max_users: int | None = Field(default=None, ge=1)
-    include_inactive: bool = False  # also query inactive/disabled users
-    notify: bool = True  # warn offboarding users, tell restored ones
-
-
-class ReapTask(TaskBlock):
-    """``cheeto.reap`` (block ``reap``)."""
-
-    notify: bool = True  # tell deactivated users
-
-
-class AlertDigestTask(TaskBlock):
-    """``cheeto.alert_digest`` (block ``alerts``; the ``alerts`` section says to whom)."""
 
 
 # -- the jobs ---------------------------------------------------------------------------------

@@ -1,0 +1,225 @@
+"""``cheeto daemon worker|beat|enqueue|status``: the Celery side of the daemon.
+
+``worker`` and ``beat`` run Celery in this process until stopped (Ctrl-C or SIGTERM: a
+warm shutdown that lets the running task finish). Celery is imported only by these
+commands, so the rest of the CLI does not pay for it. The serving side (``api``,
+``flower``, ``up``) is in ``cli/daemon_serve.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+
+from ..daemon.config import (
+    HUB_QUEUE,
+    TASKS,
+    daemon_config,
+    enabled_tasks,
+    lookup,
+    site_queue,
+    task_block,
+    task_sites,
+)
+from ..errors import ExternalError, InvalidInput
+from . import args as a
+from .app import command, group_help
+
+group_help("daemon", help="the Celery hub and site workers, beat, manual runs, the API")
+
+log = logging.getLogger("cheeto_like.daemon")
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+
+def _loglevel(parser: a.Parser) -> None:
+    parser.add_argument("--worker-loglevel", default="INFO", type=str.upper,
+                        choices=LOG_LEVELS, help="log level of the process (default INFO)")
+
+
+def _writable_dir(path: Path, what: str) -> None:
+    parent = path.parent
+    if not parent.is_dir():
+        raise InvalidInput(f"the {what} directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ExternalError(f"cannot write the {what} in {parent} (permission denied)")
+
+
+@command("daemon", "worker", help="run a Celery worker: the hub (queue cheeto) or, with "
+                                  "--site, a site's head-node worker (queue slurm.<site>)")
+def daemon_worker(args: argparse.Namespace) -> int:
+    from celery.utils.nodenames import host_format
+
+    from ..daemon.app import (
+        HUB_WORKER_NAME,
+        describe,
+        make_app,
+        run_celery,
+        setup_process_logging,
+        site_worker_name,
+        worker_argv,
+    )
+
+    config = args.ctx.config
+    daemon_config(config)
+    if args.site:
+        task_block(config, TASKS["slurm_sync"])  # a site worker only runs slurm_sync
+        queue, name = site_queue(args.site), args.name or site_worker_name(args.site)
+    else:
+        queue, name = HUB_QUEUE, args.name or HUB_WORKER_NAME
+    app = make_app(config)
+    setup_process_logging(args.worker_loglevel, getattr(args, "log", None))
+    enabled = ", ".join(enabled_tasks(config)) or "none"
+    log.info("worker %s consuming %s (enabled tasks: %s); %s", host_format(name), queue,
+             enabled, describe(app))
+    return run_celery(app, worker_argv(queue=queue, name=name, loglevel=args.worker_loglevel))
+
+
+@daemon_worker.args()
+def _(parser: a.Parser) -> None:
+    parser.add_argument("--site", "-s", metavar="SITE",
+                        help="be SITE's worker: consume slurm.SITE (run it on the head node)")
+    parser.add_argument("--name", "-n", metavar="NAME",
+                        help="node name (default cheeto-hub@%%h, or slurm-SITE@%%h)")
+    _loglevel(parser)
+
+
+@command("daemon", "beat", help="run the beat scheduler (exactly one per deployment)")
+def daemon_beat(args: argparse.Namespace) -> int:
+    from ..daemon.app import (
+        beat_argv,
+        check_pidfile,
+        describe,
+        make_app,
+        run_celery,
+        setup_process_logging,
+    )
+    from ..daemon.schedule import build_beat_schedule
+
+    config = args.ctx.config
+    daemon = daemon_config(config)
+    plan = build_beat_schedule(config)  # a bad schedule: one line, exit 2
+    schedule_file = Path(args.schedule_file or daemon.beat_schedule_filename).expanduser()
+    pidfile = Path(args.pidfile).expanduser() if args.pidfile else None
+    _writable_dir(schedule_file, "beat schedule file")
+    if pidfile is not None:
+        _writable_dir(pidfile, "pidfile")
+        check_pidfile(pidfile)
+    app = make_app(config, beat_schedule=plan.entries)
+    setup_process_logging(args.worker_loglevel, getattr(args, "log", None))
+    for note in plan.notes:
+        log.info("beat: %s", note)
+    for name, entry in plan.entries.items():
+        log.info("beat: %s -> %s %s every %s", name, entry["options"]["queue"], entry["task"],
+                 entry["schedule"])
+    if not plan.entries:
+        log.warning("beat: nothing is scheduled (no task block has a schedule)")
+    log.info("beat schedule file %s; %s", schedule_file, describe(app))
+    return run_celery(app, beat_argv(schedule_file=schedule_file, pidfile=pidfile,
+                                     loglevel=args.worker_loglevel))
+
+
+@daemon_beat.args()
+def _(parser: a.Parser) -> None:
+    parser.add_argument("--schedule-file", metavar="PATH",
+                        help="beat's state file (default daemon.beat_schedule_filename)")
+    parser.add_argument("--pidfile", metavar="PATH",
+                        help="refuse to start when PATH names a running beat")
+    _loglevel(parser)
+
+
+def _label(spec: Any, site: str | None) -> str:
+    return spec.name if site is None else f"{spec.name} {site}"
+
+
+def _describe(outcome: Any) -> str:
+    if outcome.state == "ok":
+        result = outcome.result if isinstance(outcome.result, dict) else {}
+        run = f", run {result['run_id']}" if result.get("run_id") else ""
+        return escape(f"ok in {result.get('duration_s', '?')}s on "
+                      f"{result.get('worker', '?')}{run}").replace("ok", "[green]ok[/]", 1)
+    if outcome.state == "skipped":
+        return f"[yellow]skipped[/]: {escape(str(outcome.error))}"
+    return f"[red]{outcome.state.upper()}[/]: {escape(str(outcome.error))}"
+
+
+@command("daemon", "enqueue", help="queue a task now, for the given or configured sites",
+         store=True)
+async def daemon_enqueue(args: argparse.Namespace) -> int:
+    from ..daemon.app import make_app
+    from ..queries.site import get_site
+
+    ctx = args.ctx
+    spec = lookup(args.task)
+    block = task_block(ctx.config, spec)
+    sites = task_sites(ctx.config, spec, block, args.site)
+    for site in sites:
+        await get_site(site)  # a typo would otherwise sit in a queue nobody consumes
+    app = make_app(ctx.config)
+    try:
+        return await _send_and_wait(ctx, app, spec, sites if spec.per_site else [None], args)
+    finally:
+        app.close()
+
+
+async def _send_and_wait(ctx: Any, app: Any, spec: Any, sites: list[str] | list[None],
+                         args: argparse.Namespace) -> int:
+    from ..daemon.app import send, wait_for
+
+    sent = [(site, await asyncio.to_thread(send, app, spec, site)) for site in sites]
+    rows: list[dict[str, Any]] = []
+    for site, result in sent:
+        queue = spec.queue(site)
+        rows.append({"task": spec.name, "site": site, "queue": queue, "id": result.id})
+        ctx.out.info(f"{_label(spec, site)} -> queue {queue} (id {result.id})")
+    if not args.wait:
+        if ctx.out.machine:
+            ctx.out.write_data(rows)
+        return 0
+    deadline = time.monotonic() + args.timeout
+    failed = 0
+    for row, (site, result) in zip(rows, sent, strict=True):
+        outcome = await asyncio.to_thread(wait_for, result, deadline - time.monotonic())
+        row.update(state=outcome.state, result=outcome.result, error=outcome.error)
+        failed += outcome.state not in ("ok", "skipped")
+        ctx.out.info(f"{_label(spec, site)}: {_describe(outcome)}")
+    if ctx.out.machine:
+        ctx.out.write_data(rows)
+    if failed:
+        ctx.out.error(f"{failed} of {len(rows)} run(s) did not succeed")
+        return 1
+    return 0
+
+
+@daemon_enqueue.args()
+def _(parser: a.Parser) -> None:
+    parser.add_argument("task", metavar="TASK", help=f"one of {', '.join(TASKS)}")
+    parser.add_argument("--site", "-s", action="append", metavar="SITE",
+                        help="a site to run for (repeatable; default the task's sites, "
+                             "else daemon.sites)")
+    parser.add_argument("--wait", action="store_true",
+                        help="wait for every run and print its result (exit 1 if any failed)")
+    parser.add_argument("--timeout", type=float, default=3600.0,
+                        help="with --wait: give up after this many seconds (default 3600)")
+    a.output_format(parser)
+
+
+@command("daemon", "status", help="the last run of each (task, site): state, when, "
+                                  "duration, error", store=True)
+async def daemon_status(args: argparse.Namespace) -> None:
+    from ..daemon.status import COLUMNS, last_runs
+
+    ctx = args.ctx
+    rows = await last_runs(ctx.require_store(), ctx.config)
+    ctx.out.table(rows, title="Last run of each (task, site)", columns=COLUMNS)
+
+
+@daemon_status.args()
+def _(parser: a.Parser) -> None:
+    a.output_format(parser)

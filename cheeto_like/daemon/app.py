@@ -1,0 +1,306 @@
+"""The Celery application, configured from the ``daemon`` and ``mongo`` config blocks.
+
+``make_app(config)`` builds a fresh app (no import-time configuration, no module-level
+singleton: the CLI, the tests and ``daemon up`` each build their own) with:
+
+- JSON only; ``worker_concurrency=1`` and prefetch 1 (syncs never overlap inside a
+  worker; scale by queues, not by processes);
+- ``task_acks_late`` + ``task_reject_on_worker_lost``: a worker that dies mid-task
+  leaves its message on the broker for the next worker (the tasks are idempotent, and
+  the task lease in MongoDB stops two runs of one (task, site) from overlapping);
+- the hard time limit from ``daemon.task_time_limit``, a soft one a little earlier;
+- results in the application database (collection ``celery_taskmeta``, extended with
+  the task name, args, worker and queue, expiring after ``daemon.result_expires``);
+- ``amqp://`` or ``amqps://`` with ``broker_use_ssl``; a broker that is down is retried
+  forever with back-off, one log line per attempt;
+- explicit routing (``route_task``): ``cheeto.slurm_sync`` goes to ``slurm.<site>``,
+  picked from its site argument, so even a bare ``slurm_sync.delay("farm")`` reaches
+  the site's head node; every other cheeto task goes to ``cheeto`` (the hub).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+from celery.beat import PersistentScheduler
+from celery.result import AsyncResult
+
+from ..config import BrokerSSLConfig, Config, MongoConfig, mask_uri
+from ..errors import Conflict, ExternalError
+from .config import (
+    BY_CELERY_NAME,
+    HUB_QUEUE,
+    TASKMETA_COLLECTION,
+    TaskSpec,
+    daemon_config,
+    site_queue,
+)
+
+GROUPMETA_COLLECTION = "celery_groupmeta"
+HUB_WORKER_NAME = "cheeto-hub@%h"
+
+log = logging.getLogger("cheeto_like.daemon")
+
+_CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL,
+              "required": ssl.CERT_REQUIRED}
+
+
+def site_worker_name(site: str) -> str:
+    return f"slurm-{site}@%h"
+
+
+def soft_time_limit(hard: int) -> int:
+    """A little before the hard limit: 10% of it, at most 5 minutes, at least 1 second."""
+    return hard - min(300, max(1, hard // 10))
+
+
+def result_backend(mongo: MongoConfig) -> tuple[str, dict[str, Any]]:
+    """(``result_backend`` URL, ``mongodb_backend_settings``) for the application database.
+
+    The embedded store is reached at its host and port. A real MongoDB keeps its whole
+    URI (replica set, hosts, options) and gets the same credentials and TLS settings as
+    the store's own client (``store.client_for``).
+    """
+    options: dict[str, Any] = {
+        "serverSelectionTimeoutMS": int(mongo.timeout_seconds * 1000),
+        "connectTimeoutMS": int(mongo.timeout_seconds * 1000),
+    }
+    if mongo.is_embedded:
+        url = f"mongodb://{mongo.embedded.host}:{mongo.embedded.port}/"
+    else:
+        assert mongo.uri is not None
+        url = mongo.uri
+        if mongo.user:
+            options["username"] = mongo.user
+        if mongo.password is not None:
+            options["password"] = mongo.password.get_secret_value()
+        if mongo.auth_source:
+            options["authSource"] = mongo.auth_source
+        if mongo.tls:
+            options["tls"] = True
+        if mongo.tls_ca_file:
+            options["tlsCAFile"] = str(mongo.tls_ca_file)
+    settings = {"database": mongo.database, "taskmeta_collection": TASKMETA_COLLECTION,
+                "groupmeta_collection": GROUPMETA_COLLECTION, "options": options}
+    return url, settings
+
+
+def broker_ssl(config: BrokerSSLConfig | None) -> dict[str, Any] | None:
+    """``broker_use_ssl`` for py-amqp (None when not configured)."""
+    if config is None:
+        return None
+    options: dict[str, Any] = {"cert_reqs": _CERT_REQS[config.cert_reqs]}
+    if config.ca_file:
+        options["ca_certs"] = str(config.ca_file)
+    if config.cert_file:
+        options["certfile"] = str(config.cert_file)
+    if config.key_file:
+        options["keyfile"] = str(config.key_file)
+    return options
+
+
+def route_task(name: str, args: Any, kwargs: Any, options: Any, task: Any = None,
+               **_: Any) -> dict[str, str] | None:
+    """Celery router: the site argument picks ``slurm.<site>`` for the site-bound tasks;
+    every other cheeto task runs on the hub; anything else keeps Celery's default."""
+    spec = BY_CELERY_NAME.get(name)
+    if spec is None:
+        return None
+    if not spec.on_site_queue:
+        return {"queue": HUB_QUEUE}
+    site = args[0] if args else (kwargs or {}).get("site")
+    if not isinstance(site, str) or not site:
+        raise ValueError(f"{name} needs its site as the first argument (it picks the queue)")
+    return {"queue": site_queue(site)}
+
+
+class CheetoScheduler(PersistentScheduler):
+    """Beat's scheduler, with a send failure (a broker that is down) logged as one line;
+    the next tick tries again."""
+
+    def apply_entry(self, entry: Any, producer: Any = None) -> None:
+        log.info("beat: sending %s (%s)", entry.name, entry.task)
+        try:
+            self.apply_async(entry, producer=producer, advance=False)
+        except Exception as exc:  # the broker, mostly: say it once, keep ticking
+            log.error("beat: could not send %s (%s): %s: %s; retrying at the next tick",
+                      entry.name, entry.task, type(exc).__name__, exc)
+            log.debug("beat send failure", exc_info=True)
+
+
+def celery_settings(config: Config) -> dict[str, Any]:
+    """Every Celery setting the config decides (plain data, easy to test)."""
+    daemon = daemon_config(config)
+    backend_url, backend_settings = result_backend(config.mongo)
+    settings: dict[str, Any] = {
+        "broker_url": daemon.broker_url,
+        "broker_connection_retry_on_startup": True,
+        "broker_connection_retry": True,
+        "broker_connection_max_retries": None,  # forever, with kombu's 2 s .. 30 s back-off
+        "broker_connection_timeout": 10,
+        "broker_transport_options": dict(daemon.broker_transport_options),
+        "result_backend": backend_url,
+        "mongodb_backend_settings": backend_settings,
+        "result_extended": True,
+        "result_expires": daemon.result_expires,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        "timezone": daemon.timezone,
+        "enable_utc": True,
+        "task_default_queue": HUB_QUEUE,
+        "task_routes": (route_task,),
+        "task_create_missing_queues": True,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "task_acks_on_failure_or_timeout": True,
+        "task_time_limit": daemon.task_time_limit,
+        "task_soft_time_limit": soft_time_limit(daemon.task_time_limit),
+        "worker_concurrency": 1,
+        "worker_prefetch_multiplier": 1,
+        "worker_hijack_root_logger": False,
+        "worker_redirect_stdouts": False,
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
+        "worker_send_task_events": True,  # Flower sees task states
+        "task_send_sent_event": True,
+        "beat_schedule_filename": str(daemon.beat_schedule_filename),
+        "beat_scheduler": f"{__name__}:CheetoScheduler",
+    }
+    ssl_options = broker_ssl(daemon.broker_use_ssl)
+    if ssl_options is not None:
+        settings["broker_use_ssl"] = ssl_options
+    return settings
+
+
+def make_app(config: Config, **overrides: Any) -> Celery:
+    """A configured Celery app with the cheeto tasks registered.
+
+    ``overrides`` are Celery settings applied last: ``beat_schedule`` for beat (see
+    ``schedule.build_beat_schedule``), or another broker for a one-machine stack.
+    """
+    from .tasks import register_tasks
+
+    app = Celery("cheeto", set_as_current=False)
+    app.conf.update(celery_settings(config))
+    app.conf.update(overrides)
+    app.cheeto_config = config  # type: ignore[attr-defined]  # the task bodies read it
+    register_tasks(app)
+    return app
+
+
+def describe(app: Celery) -> str:
+    """Where this app talks to, for the start-up line (passwords masked)."""
+    settings = app.conf.mongodb_backend_settings
+    return (f"broker {mask_uri(app.conf.broker_url)}, results "
+            f"{mask_uri(app.conf.result_backend)} db={settings['database']}."
+            f"{settings['taskmeta_collection']}")
+
+
+# -- long-running processes ------------------------------------------------------------
+
+
+def setup_process_logging(level: str, target: str | None) -> None:
+    """Route every logger (Celery's and ours) to one handler on the root logger.
+
+    Celery leaves the root logger alone (``worker_hijack_root_logger=False``) and adds
+    no handler of its own when the root already has one.
+    """
+    if target and target != "-":
+        handler: logging.Handler = logging.FileHandler(target)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(
+        "[%(asctime)s: %(levelname)s/%(processName)s] %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    ours = logging.getLogger("cheeto_like")
+    ours.handlers.clear()
+    ours.propagate = True
+    ours.setLevel(logging.NOTSET)
+
+
+def worker_argv(*, queue: str, name: str, loglevel: str) -> list[str]:
+    """``celery worker`` arguments (``-q``: no banner; we log one line instead)."""
+    return ["-q", "worker", "-Q", queue, "-n", name, "--concurrency", "1",
+            "--loglevel", loglevel, "--without-mingle", "--without-gossip"]
+
+
+def beat_argv(*, schedule_file: Path, pidfile: Path | None, loglevel: str) -> list[str]:
+    argv = ["-q", "beat", "--schedule", str(schedule_file), "--loglevel", loglevel]
+    if pidfile is not None:
+        argv += ["--pidfile", str(pidfile)]
+    return argv
+
+
+def check_pidfile(path: Path) -> None:
+    """``Conflict`` when ``path`` names a running process (a stale file is left to
+    Celery, which replaces it); Celery's own lock still decides a start-up race."""
+    try:
+        pid = int(path.read_text().strip() or 0)
+    except (OSError, ValueError):
+        return
+    if pid <= 0:
+        return
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return
+    except PermissionError:
+        pass
+    raise Conflict(f"beat is already running (pid {pid}, pidfile {path}); run exactly one")
+
+
+def run_celery(app: Celery, argv: list[str]) -> int:
+    """Run a Celery command in this process until it stops (Ctrl-C: a warm shutdown)."""
+    code = app.start(argv)
+    return int(code or 0)
+
+
+# -- sending and waiting (``cheeto daemon enqueue``) ---------------------------------------
+
+
+def send(app: Celery, spec: TaskSpec, site: str | None) -> AsyncResult:
+    """Publish one run; the router picks the queue. ``ExternalError`` if the broker is
+    unreachable (after the publish retries)."""
+    from kombu.exceptions import OperationalError
+
+    args = (site,) if spec.per_site else ()
+    try:
+        return app.tasks[spec.celery_name].apply_async(args)
+    except OperationalError as exc:
+        raise ExternalError(f"cannot reach the broker {mask_uri(app.conf.broker_url)}: {exc}",
+                            transient=True) from None
+
+
+@dataclass
+class Outcome:
+    state: str  # ok, skipped, failed, timeout
+    result: Any = None
+    error: str | None = None
+
+
+def wait_for(result: AsyncResult, timeout: float) -> Outcome:
+    """The run's outcome, polling the result backend until ``timeout`` seconds pass."""
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    try:
+        value = result.get(timeout=max(timeout, 0.001), interval=0.1, propagate=False)
+    except CeleryTimeout:
+        return Outcome("timeout", error=f"no result within {timeout:g}s (still queued or "
+                                        "running; see `cheeto daemon status`)")
+    if result.state == "SUCCESS":
+        if isinstance(value, dict) and value.get("status") == "skipped":
+            return Outcome("skipped", value, value.get("reason"))
+        return Outcome("ok", value)
+    if isinstance(value, BaseException):
+        return Outcome("failed", error=f"{type(value).__name__}: {value}")
+    return Outcome(result.state.lower(), error=str(value) if value is not None else None)

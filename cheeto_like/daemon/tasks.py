@@ -1,0 +1,322 @@
+"""The Celery tasks: thin synchronous wrappers over the async syncs and exports.
+
+Every run:
+1. re-reads the config file the worker was started with (so a changed task block, such
+   as ``max_deletions``, applies to the next run without a restart) and refuses a task
+   whose block is absent or disabled (``TaskDisabled``: the run FAILS with that message);
+2. runs ``asyncio.run()`` with a fresh ``store.connect`` client (AsyncMongoClient is
+   bound to its event loop) and the configured ``daemon.author``;
+3. takes the task lease ``task.<name>:<site>`` (``sync.lease``), so a second worker or a
+   manual enqueue of the same (task, site) cannot overlap. When another run holds it
+   this run ends at once, successfully, with ``status: skipped`` and ``reason``
+   ("another task.<name> sync for <site> is running by <holder> until <time>"):
+   nothing failed, the other run does the work. Leases left behind by a process on
+   this host that no longer runs (a worker child killed mid-task, whose message the
+   broker then redelivers: late acks) are removed first, so the redelivered run does
+   not wait for their expiry; a lease held on another host only ever expires.
+   The reconcilers take their own inner leases (``slurm:<site>``, ``ldap:<site>``,
+   ``puppet:<site>``); those guard against manual ``cheeto ng … sync`` runs, and a
+   conflict there is a failure, as the reconciler records it in its ``SyncRun``;
+4. returns a JSON summary: ``task``, ``site``, ``status`` (``ok`` or ``skipped``),
+   ``worker``, ``queue``, ``started_at``, ``duration_s`` and the sync's own figures.
+
+A failure raises, so Celery stores FAILURE in ``celery_taskmeta`` (and Flower shows it):
+a guard trip (``GuardTripped``), a run whose commands or writes failed (``SyncFailed``,
+raised after the reconciler recorded its ``SyncRun``), a disabled task, an unknown
+site, a store or broker that is down. Expected failures (``CheetoError``) are logged
+as one line; anything else with its traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from celery import Celery, Task
+
+from ..config import (
+    Config,
+    LDAPSyncTask,
+    PuppetSyncTask,
+    SlurmSyncTask,
+    SympaTask,
+    TaskBlock,
+    load_config,
+)
+from ..errors import CheetoError, ConfigError, Conflict
+from ..models import SyncLease
+from ..models.fields import utcnow
+from ..store import Store, connect
+from ..sync.lease import lease
+from .config import NO_SITE, TASKS, TaskSpec, daemon_config, task_block
+
+log = logging.getLogger("cheeto_like.daemon")
+
+LEASE_MARGIN_S = 60  # the task lease outlives the hard time limit by this much
+
+Body = Callable[[Store, Config, Any, str, str], Awaitable[dict[str, Any]]]
+
+
+class SyncFailed(CheetoError):
+    """A sync ran to the end but some of its commands or writes failed (see its SyncRun)."""
+
+
+class WrongQueue(CheetoError):
+    """A site-bound task arrived on a queue other than its site's."""
+
+
+# -- the shared frame ------------------------------------------------------------------
+
+
+def current_config(app: Celery) -> Config:
+    """The worker's config, re-read from its file (``ConfigError`` if it broke since)."""
+    started: Config = app.cheeto_config  # type: ignore[attr-defined]
+    if started.path is None:
+        return started
+    return load_config(started.path, started.profile)
+
+
+def lease_key(spec: TaskSpec) -> str:
+    return f"task.{spec.name}"
+
+
+def _holder_is_gone(holder: str) -> bool:
+    """True when ``holder`` (``host:pid:nonce``) names a process on this host that no
+    longer runs (or is a zombie). A holder elsewhere is never presumed dead."""
+    host, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return True  # an earlier incarnation with our pid: not this run
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+async def clear_dead_leases(store: Store) -> list[str]:
+    """Delete every lease (task or reconciler) whose holder was a process on this host
+    that no longer runs: a worker child killed mid-task, whose message the broker then
+    redelivers, must not find its own corpse holding the site until the lease expires.
+    Returns the lease ids removed. (``sync_leases`` holds one document per running sync.)"""
+    collection = SyncLease.get_pymongo_collection()
+    dead = [doc async for doc in collection.find({}) if _holder_is_gone(doc["holder"])]
+    removed = []
+    for doc in dead:
+        async with store.exclusive():
+            gone = await collection.delete_one({"_id": doc["_id"], "holder": doc["holder"]})
+        if gone.deleted_count:
+            removed.append(doc["_id"])
+            log.warning("removed the lease %s of %s, which no longer runs", doc["_id"],
+                        doc["holder"])
+    return removed
+
+
+_WARNED_AUTHORS: set[str] = set()
+
+
+async def resolve_author(store: Store, author: str) -> str:
+    """The configured author; a name the store does not know earns one warning per
+    process (History and SyncRuns name it all the same)."""
+    from ..queries.user import find_user_by_name
+
+    if author not in _WARNED_AUTHORS and await find_user_by_name(author) is None:
+        _WARNED_AUTHORS.add(author)
+        log.warning("daemon.author %r is not a user in %s; History and SyncRuns name it "
+                    "anyway", author, store.description)
+    return author
+
+
+async def _locked_run(config: Config, spec: TaskSpec, block: TaskBlock, site: str,
+                      body: Body) -> dict[str, Any]:
+    daemon = daemon_config(config)
+    store = await connect(config.mongo, autostart=False)
+    try:
+        author = await resolve_author(store, daemon.author)
+        ttl = timedelta(seconds=daemon.task_time_limit + LEASE_MARGIN_S)
+        key = lease_key(spec)
+        await clear_dead_leases(store)
+        async with AsyncExitStack() as stack:
+            try:
+                await stack.enter_async_context(lease(store, key, site, ttl=ttl))
+            except Conflict as exc:
+                log.info("%s %s skipped: %s", spec.name, site, exc.message)
+                return {"status": "skipped", "reason": exc.message}
+            detail = await body(store, config, block, site, author)
+        return {"status": "ok", **detail}
+    finally:
+        await store.close()
+
+
+def run_task(task: Task, name: str, site: str | None, body: Body) -> dict[str, Any]:
+    """The frame of every task: ``site`` is None for a singleton (not per-site) task,
+    whose lease and body get ``NO_SITE`` instead."""
+    spec = TASKS[name]
+    request = task.request
+    site = site or NO_SITE
+    queue = (request.delivery_info or {}).get("routing_key")
+    started_at, started = utcnow(), time.monotonic()
+    try:
+        if spec.on_site_queue and queue and queue != spec.queue(site):
+            raise WrongQueue(f"{name} for {site} arrived on queue {queue!r}; it only runs "
+                             f"from {spec.queue(site)!r} (on the site's head node)")
+        config = current_config(task.app)
+        block = task_block(config, spec)
+        outcome = asyncio.run(_locked_run(config, spec, block, site, body))
+    except CheetoError as exc:  # Celery logs these "expected" failures at INFO only
+        log.error("%s %s failed: %s: %s", name, site, type(exc).__name__, exc.message)
+        raise
+    return {"task": name, "site": site if spec.per_site else None, **outcome,
+            "worker": request.hostname,
+            "queue": queue, "started_at": started_at.isoformat(),
+            "duration_s": round(time.monotonic() - started, 3)}
+
+
+# -- the bodies ------------------------------------------------------------------------
+
+
+async def _slurm(store: Store, config: Config, block: SlurmSyncTask, site: str,
+                 author: str) -> dict[str, Any]:
+    from ..adapters.sacctmgr import SAcctMgr
+    from ..sync.slurm import sync_site
+    from ..sync.slurm_actual import SAcctMgrReader
+
+    runner = SAcctMgr(binary=block.sacctmgr, sudo=block.sudo, timeout=block.timeout_seconds)
+    report = await sync_site(store, site, reader=SAcctMgrReader(runner), runner=runner,
+                             apply=block.apply, max_deletions=block.max_deletions,
+                             author=author)
+    if report.failed or report.skipped:
+        first = (report.failed or report.skipped)[0]
+        raise SyncFailed(f"slurm_sync {site}: {len(report.failed)} sacctmgr command(s) "
+                         f"failed, {len(report.skipped)} skipped (SyncRun {report.run_id}; "
+                         f"first: {first.command}: {first.detail})")
+    planned = report.plan
+    return {"run_id": report.run_id, "applied": report.applied, "cluster": planned.cluster,
+            "processes": planned.processes, "deletions": len(planned.deletions),
+            "counts": planned.counts, "tally": report.tally()}
+
+
+async def _ldap(store: Store, config: Config, block: LDAPSyncTask, site: str,
+                author: str) -> dict[str, Any]:
+    from ..sync import ldap as ldap_sync
+    from ..sync.ldap_plan import KINDS
+
+    if config.ldap is None:
+        raise ConfigError(f"ldap_sync needs the ldap section (profile {config.profile!r})")
+    kinds = frozenset({*KINDS, *(("prune",) if block.prune else ())})
+    scope = ldap_sync.scope_for(config.ldap, kinds=kinds, full=block.full, force=block.force)
+    report = await ldap_sync.run(store, config.ldap, site, scope=scope, dry_run=False,
+                                 max_deletions=block.max_deletions,
+                                 concurrency=block.concurrency, author=author,
+                                 command="daemon ldap_sync")
+    if report.failed or report.skipped:
+        first = (report.failed or report.skipped)[0]
+        raise SyncFailed(f"ldap_sync {site}: {len(report.failed)} LDAP write(s) failed, "
+                         f"{len(report.skipped)} skipped (SyncRun {report.run_id}; first: "
+                         f"{first.command}: {first.detail})")
+    return {"run_id": report.run_id, "writes": report.plan.writes,
+            "deletions": len(report.plan.deletions), "counts": report.plan.counts,
+            "watermarked": report.watermarked, "redirtied": report.redirtied,
+            "tally": report.tally()}
+
+
+async def _sympa(store: Store, config: Config, block: SympaTask, site: str,
+                 author: str) -> dict[str, Any]:
+    from ..files import write_atomically
+    from ..queries.exports import DEFAULT_SYMPA_IGNORE, sympa_emails, sympa_text
+
+    ignore = DEFAULT_SYMPA_IGNORE if block.ignore is None else block.ignore
+    emails = await sympa_emails(site, ignore)
+    path = write_atomically(block.output_dir / f"{site}.txt", sympa_text(emails))
+    return {"path": str(path), "emails": len(emails)}
+
+
+async def _puppet(store: Store, config: Config, block: PuppetSyncTask, site: str,
+                  author: str) -> dict[str, Any]:
+    from ..sync.puppet import sync_puppet
+
+    report = await sync_puppet(store, site, block.repo, push=block.push,
+                               base=block.base_branch, author=author,
+                               git_timeout=block.git_timeout_seconds)
+    return {"run_id": report.run_id, "changed": report.changed,
+            "committed": report.committed, "commit": report.commit, "pushed": report.pushed}
+
+
+# -- registration ----------------------------------------------------------------------
+
+
+def slurm_sync(self: Task, site: str) -> dict[str, Any]:
+    """Reconcile a site's Slurm accounting (runs on ``slurm.<site>``)."""
+    return run_task(self, "slurm_sync", site, _slurm)
+
+
+def ldap_sync(self: Task, site: str) -> dict[str, Any]:
+    """Reconcile a site's LDAP users, groups and automount maps."""
+    return run_task(self, "ldap_sync", site, _ldap)
+
+
+def sympa_export(self: Task, site: str) -> dict[str, Any]:
+    """Write the site's mailing-list addresses to ``<output_dir>/<site>.txt``."""
+    return run_task(self, "sympa_export", site, _sympa)
+
+
+def puppet_sync(self: Task, site: str) -> dict[str, Any]:
+    """Commit the site's legacy puppet YAML and SSH keys (and push)."""
+    return run_task(self, "puppet_sync", site, _puppet)
+
+
+def hippo_process(self: Task) -> dict[str, Any]:
+    """Handle HiPPO's pending account requests (and post their status back)."""
+    from .jobs_people import hippo_process_body
+
+    return run_task(self, "hippo_process", None, hippo_process_body)
+
+
+def iam_sync(self: Task) -> dict[str, Any]:
+    """Refresh every syncable user from UC Davis IAM (the offboarding state machine)."""
+    from .jobs_people import iam_sync_body
+
+    return run_task(self, "iam_sync", None, iam_sync_body)
+
+
+def reap(self: Task) -> dict[str, Any]:
+    """Deactivate offboarding users whose expiry has passed."""
+    from .jobs_people import reap_body
+
+    return run_task(self, "reap", None, reap_body)
+
+
+def alert_digest(self: Task) -> dict[str, Any]:
+    """Mail the operators about failed syncs, guard trips and stuck tasks."""
+    from .jobs_people import alert_digest_body
+
+    return run_task(self, "alert_digest", None, alert_digest_body)
+
+
+FUNCTIONS = {"slurm_sync": slurm_sync, "ldap_sync": ldap_sync,
+             "sympa_export": sympa_export, "puppet_sync": puppet_sync,
+             "hippo_process": hippo_process, "iam_sync": iam_sync, "reap": reap,
+             "alert_digest": alert_digest}
+
+
+def register_tasks(app: Celery) -> dict[str, Task]:
+    """Register every task on ``app`` under its stable name; returns them by short name."""
+    return {name: app.task(name=TASKS[name].celery_name, bind=True,
+                           throws=(CheetoError,))(function)
+            for name, function in FUNCTIONS.items()}
