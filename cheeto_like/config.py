@@ -1,9 +1,9 @@
 """Configuration: one YAML file, with profiles for the per-environment sections.
 
 ``ldap``, ``mongo``, ``daemon`` and ``api`` are maps of profile name -> block; the chosen
-profile (``--profile``/``CHEETO_PROFILE``) falls back to ``default``. ``hippo`` and
-``ucdiam`` are global. Every block forbids unknown keys, so a typo is an error that
-names the key instead of a silently ignored setting.
+profile (``--profile``/``CHEETO_PROFILE``) falls back to ``default``. ``hippo``,
+``ucdiam``, ``mail`` and ``alerts`` are global. Every block forbids unknown keys, so a
+typo is an error that names the key instead of a silently ignored setting.
 """
 
 from __future__ import annotations
@@ -140,43 +140,334 @@ class LDAPConfig(Block):
         return self.site_base or self.searchbase
 
 
-class HippoConfig(Block):
-    base_url: str
+def _http_url(value: str) -> str:
+    value = value.strip().rstrip("/")
+    if not re.match(r"^https?://[^/\s]+(/\S*)?$", value):
+        raise ValueError(f"{value!r} is not an http:// or https:// URL")
+    return value
+
+
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
+
+
+class HttpClientOptions(Block):
+    """How an HTTP client talks to its service: one request's timeout, and how often a
+    transient failure (timeout, connection error, 5xx, 429) is retried, with exponential
+    backoff starting at ``retry_backoff_seconds``."""
+
+    request_timeout_seconds: float = Field(default=30.0, gt=0)
+    retries: int = Field(default=2, ge=0, le=10)
+    retry_backoff_seconds: float = Field(default=1.0, ge=0)
+
+
+class HippoSiteOptions(Block):
+    """Per-site HiPPO behaviour (keyed by the local site name)."""
+
+    grant_slurm: bool = False  # every new account here gets `slurm` access
+    replace_ssh_keys: bool = False  # a new key replaces the user's other keys
+    create_home: bool = True  # provision a home from the site's storage defaults
+
+
+def _lower_keys(value: dict[str, str]) -> dict[str, str]:
+    lowered: dict[str, str] = {}
+    for key, site in value.items():
+        low = key.strip().lower()
+        if low in lowered and lowered[low] != site.strip().lower():
+            raise ValueError(f"site alias {key!r} is given twice (case-insensitively) with "
+                             "different sites")
+        lowered[low] = site.strip().lower()
+    return lowered
+
+
+class HippoConfig(HttpClientOptions):
+    """HiPPO, the account-request portal (``cheeto ng hippo …``, ``cheeto.hippo_process``).
+
+    ``site_aliases`` maps HiPPO cluster names to site names; both it and ``Site.aliases``
+    are matched case-insensitively. ``access_types`` maps HiPPO access types to access
+    shorthands; an event asks for Slurm when one of its access types maps to ``slurm``
+    or its metadata has ``slurm: true``.
+    """
+
+    base_url: HttpUrl
     api_key: SecretStr
-    site_aliases: dict[str, str] = Field(default_factory=dict)
+    site_aliases: Annotated[dict[str, str], AfterValidator(_lower_keys)] = Field(
+        default_factory=dict)
     max_tries: int = Field(default=3, ge=1)
-    request_timeout_seconds: float = Field(default=30.0, gt=0)
+    access_types: dict[str, str] = Field(default_factory=lambda: {
+        "OpenOnDemand": "ondemand", "SshKey": "login-ssh"})
+    sites: dict[str, HippoSiteOptions] = Field(default_factory=dict)
+    notify: bool = True  # e-mail the people an event concerns
+
+    def site_options(self, site: str) -> HippoSiteOptions:
+        return self.sites.get(site, HippoSiteOptions())
 
 
-class IAMConfig(Block):
-    base_url: str
+class IAMRefresh(Block):
+    """Which user fields IAM facts overwrite. ``name`` renames the user (and their
+    personal group) to the IAM login id, so it is off unless asked for."""
+
+    name: bool = False
+    email: bool = True
+    fullname: bool = True
+
+
+class IAMConfig(HttpClientOptions):
+    """UC Davis IAM (``cheeto ng iam …``, ``cheeto.iam_sync``). The key travels in the
+    ``api_key_header`` header, never in a URL.
+
+    A user missing from IAM for ``grace_days`` (0: at the first miss; the default 1 means
+    the next nightly run) is set to offboarding, and deactivated by the reaper
+    ``expiry_offset_days`` later unless they reappear first.
+    """
+
+    base_url: HttpUrl
     api_key: SecretStr
-    grace_days: int = Field(default=0, ge=0)
+    api_key_header: str = Field(default="X-API-Key", pattern=r"^[A-Za-z0-9-]{1,64}$")
+    api_version: str | None = "1.0"  # sent as v=<version>
+    grace_days: int = Field(default=1, ge=0)
     expiry_offset_days: int = Field(default=30, ge=0)
-    request_timeout_seconds: float = Field(default=30.0, gt=0)
+    refresh: IAMRefresh = Field(default_factory=IAMRefresh)
+
+
+def _address(value: str) -> str:
+    value = value.strip()
+    if not re.fullmatch(r"[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+", value):
+        raise ValueError(f"{value!r} is not an e-mail address")
+    return value
+
+
+class SMTPConfig(Block):
+    """An SMTP relay. ``ssl`` is implicit TLS (port 465); ``starttls`` upgrades a plain
+    connection. ``username``/``password`` log in (only over TLS unless ``allow_plain_auth``)."""
+
+    host: str = "localhost"
+    port: int = Field(default=25, ge=1, le=65535)
+    starttls: bool = False
+    ssl: bool = False
+    username: str | None = None
+    password: SecretStr | None = None
+    allow_plain_auth: bool = False
+    timeout_seconds: float = Field(default=30.0, gt=0)
+    ca_file: UserPath | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SMTPConfig:
+        if self.ssl and self.starttls:
+            raise ValueError("choose ssl (implicit TLS) or starttls, not both")
+        if (self.username is None) != (self.password is None):
+            raise ValueError("username and password go together")
+        if self.username and not (self.ssl or self.starttls or self.allow_plain_auth):
+            raise ValueError("SMTP login without ssl or starttls would send the password in "
+                             "clear; enable one (or allow_plain_auth for a local relay)")
+        return self
+
+
+class MailConfig(Block):
+    """Where e-mail goes: ``transport: smtp`` (the ``smtp`` block) or ``hippo`` (HiPPO's
+    notify endpoint, using the ``hippo`` section). ``enabled: false`` records every
+    e-mail in History as not sent, without sending."""
+
+    enabled: bool = True
+    transport: Literal["smtp", "hippo"] = "smtp"
+    from_address: Annotated[str, AfterValidator(_address)] = "hpc-help@ucdavis.edu"
+    reply_to: Annotated[str, AfterValidator(_address)] | None = None
+    smtp: SMTPConfig = Field(default_factory=SMTPConfig)
+    # what the templates link to
+    support_address: str = "hpc-help@ucdavis.edu"
+    docs_url: str = "https://docs.hpc.ucdavis.edu"
+
+
+class AlertsConfig(Block):
+    """Operator alerts: a digest of failed or refused sync runs and failed or stuck daemon
+    tasks, e-mailed to ``to`` (through the ``mail`` transport)."""
+
+    to: list[Annotated[str, AfterValidator(_address)]] = Field(min_length=1)
+    subject_prefix: str = "[cheeto]"
+    stuck_after_minutes: int = Field(default=120, ge=1)  # a task running longer is stuck
+    lookback_hours: int = Field(default=24, ge=1)  # how far the first digest looks back
 
 
 class BrokerSSLConfig(Block):
+    """TLS to the broker (``amqps://``): the CA to verify it, and an optional client cert."""
+
     ca_file: UserPath | None = None
     cert_file: UserPath | None = None
     key_file: UserPath | None = None
     cert_reqs: Literal["none", "optional", "required"] = "required"
 
 
-class DaemonConfig(Block):
-    """Celery settings; ``tasks`` maps a task name to its block (absent = disabled).
+_CRON_FIELD = re.compile(r"^[A-Za-z0-9*/,-]+$")
+CRON_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
 
-    The task blocks are validated by the daemon, which owns their schema.
+
+def check_schedule(value: Any) -> int | float | str | None:
+    """A number of seconds (> 0) or a 5-field crontab string; None = not scheduled.
+
+    Only the shape of a crontab is checked here (config loading must stay cheap); the
+    daemon parses each field when it builds the beat schedule.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError("a schedule is a number of seconds or a 5-field crontab string")
+    if isinstance(value, int | float):
+        if value <= 0:
+            raise ValueError(f"an interval must be more than 0 seconds (got {value})")
+        return value
+    if isinstance(value, str):
+        fields = value.split()
+        if len(fields) != len(CRON_FIELDS) or not all(_CRON_FIELD.match(f) for f in fields):
+            raise ValueError(f"{value!r} is not a 5-field crontab ({' '.join(CRON_FIELDS)}); "
+                             "give a number for an interval in seconds")
+        return " ".join(fields)
+    raise ValueError("a schedule is a number of seconds or a 5-field crontab string")
+
+
+class TaskBlock(Block):
+    """What every daemon task block has. A task whose block is absent, null or has
+    ``enabled: false`` is disabled: enqueue refuses it, beat does not schedule it and a
+    queued run fails. A block without ``schedule`` runs only when enqueued."""
+
+    enabled: bool = True
+    schedule: int | float | str | None = None
+
+    @field_validator("schedule", mode="before")
+    @classmethod
+    def _schedule(cls, value: Any) -> int | float | str | None:
+        return check_schedule(value)
+
+
+class SiteTaskBlock(TaskBlock):
+    """A per-site task: one run (and one beat entry) per site; ``sites`` overrides
+    ``daemon.sites`` for this task."""
+
+    sites: list[str] | None = None
+
+
+class SlurmSyncTask(SiteTaskBlock):
+    """``cheeto.slurm_sync``: runs on the site's head node (queue ``slurm.<site>``)."""
+
+    apply: bool = True
+    sudo: bool = False
+    max_deletions: int | None = Field(default=50, ge=0)  # null: no cap
+    timeout_seconds: float = Field(default=60.0, gt=0)  # each sacctmgr call
+    sacctmgr: str = Field(default="sacctmgr", min_length=1)  # name on PATH, or a path
+
+
+class LDAPSyncTask(SiteTaskBlock):
+    """``cheeto.ldap_sync``: a whole-site LDAP sync (the ``ldap:`` section says where)."""
+
+    full: bool = False  # check every record, not only those changed since the last run
+    prune: bool = True  # also delete entries the store no longer has
+    force: bool = False  # rewrite entries even when they match
+    max_deletions: int | None = Field(default=50, ge=0)  # null: no cap
+    concurrency: int = Field(default=1, ge=1, le=64)  # LDAP writes in flight
+
+
+class SympaTask(SiteTaskBlock):
+    """``cheeto.sympa_export``: ``<output_dir>/<site>.txt``, written atomically."""
+
+    output_dir: UserPath
+    ignore: list[str] | None = None  # default: the export's built-in ignore list
+
+
+class PuppetSyncTask(SiteTaskBlock):
+    """``cheeto.puppet_sync``: commit the site's legacy YAML and keys to a puppet clone."""
+
+    repo: UserPath
+    base_branch: str = Field(default="main", min_length=1)
+    push: bool = True
+    git_timeout_seconds: float = Field(default=60.0, gt=0)
+
+
+class HippoTask(TaskBlock):
+    """``cheeto.hippo_process`` (block ``hippo``; the ``hippo`` section says where)."""
+
+    post_back: bool = True  # tell HiPPO each event's final status
+    notify: bool = True  # send the account e-mails (needs the mail section)
+
+
+class IAMSyncTask(TaskBlock):
+    """``cheeto.iam_sync`` (block ``iam_sync``; the ``ucdiam`` section says where)."""
+
+    concurrency: int = Field(default=1, ge=1, le=64)
+    types: list[Literal["user", "admin"]] | None = None  # default: both
+    max_users: int | None = Field(default=None, ge=1)
+    include_inactive: bool = False  # also query inactive/disabled users
+    notify: bool = True  # warn offboarding users, tell restored ones
+
+
+class ReapTask(TaskBlock):
+    """``cheeto.reap`` (block ``reap``): deactivate offboarded users past their expiry."""
+
+    notify: bool = True  # tell deactivated users
+
+
+class AlertDigestTask(TaskBlock):
+    """``cheeto.alert_digest`` (block ``alerts``; the ``alerts`` section says to whom)."""
+
+
+class DaemonTasks(Block):
+    """One block per task; absent means disabled."""
+
+    slurm_sync: SlurmSyncTask | None = None
+    ldap_sync: LDAPSyncTask | None = None
+    sympa: SympaTask | None = None  # the sympa_export task
+    puppet_sync: PuppetSyncTask | None = None
+    hippo: HippoTask | None = None  # the hippo_process task
+    iam_sync: IAMSyncTask | None = None
+    reap: ReapTask | None = None
+    alerts: AlertDigestTask | None = None  # the alert_digest task
+
+
+class DaemonConfig(Block):
+    """Celery: the broker, the sites, the task blocks (``cheeto daemon …``).
+
+    Results go to the ``celery_taskmeta`` collection of the ``mongo`` database and expire
+    after ``result_expires`` seconds. ``task_time_limit`` is the hard limit of one run
+    (a soft limit fires a little earlier).
     """
 
     broker_url: str = "amqp://guest:guest@127.0.0.1:5672//"
     broker_use_ssl: BrokerSSLConfig | None = None
+    broker_transport_options: dict[str, Any] = Field(default_factory=dict)
     sites: list[str] = Field(default_factory=list)
-    author: str = "cheeto-daemon"
+    author: str = Field(default="cheeto-daemon", min_length=1)
     timezone: str = "America/Los_Angeles"
     beat_schedule_filename: UserPath = Path("/var/lib/cheeto/celerybeat-schedule")
-    task_time_limit: int = Field(default=3600, gt=0)
-    tasks: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    task_time_limit: int = Field(default=3600, ge=10)
+    result_expires: int = Field(default=86400, gt=0)
+    tasks: DaemonTasks = Field(default_factory=DaemonTasks)
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _no_tasks(cls, value: Any) -> Any:
+        return {} if value is None else value  # a bare `tasks:` line: nothing enabled
+
+    @field_validator("broker_url")
+    @classmethod
+    def _broker_url(cls, value: str) -> str:
+        if not re.match(r"^[a-z][a-z0-9+.-]*://", value):  # (never echo: it holds a password)
+            raise ValueError("not a broker URL (amqp://user:password@host:port/vhost, or "
+                             "amqps://…)")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _ssl_needs_amqps(self) -> DaemonConfig:
+        if self.broker_use_ssl is not None and not self.broker_url.startswith("amqps://"):
+            raise ValueError("broker_use_ssl is set but broker_url is not amqps://")
+        return self
 
 
 def _url_path(value: str) -> str:
@@ -196,6 +487,8 @@ class ApiConfig(Block):
     started with ``--insecure``. ``prefix`` is where the routes (and ``/healthz``,
     ``/openapi.json``, ``/docs``) are mounted; ``root_path`` is the path a reverse proxy
     strips before forwarding. ``tls_cert`` and ``tls_key`` (both or neither) serve HTTPS.
+    An export is computed at most once per ``cache_seconds`` per site and is at most twice
+    that old (0: never cached).
     """
 
     host: str = "127.0.0.1"
@@ -205,6 +498,10 @@ class ApiConfig(Block):
     prefix: Annotated[str, AfterValidator(_url_path)] = ""
     tls_cert: UserPath | None = None
     tls_key: UserPath | None = None
+    # an export is recomputed at most every cache_seconds per (route, site) and is never
+    # older than twice that (served stale while one refresh runs); concurrent identical
+    # requests share one computation. 0 disables (every request queries the store).
+    cache_seconds: float = Field(default=30.0, ge=0, le=3600)
 
     @field_validator("api_key")
     @classmethod
@@ -231,6 +528,8 @@ class Config(Block):
     api: ApiConfig | None = None
     hippo: HippoConfig | None = None
     ucdiam: IAMConfig | None = None
+    mail: MailConfig | None = None
+    alerts: AlertsConfig | None = None
 
 
 class _ConfigFile(BaseModel):
@@ -244,6 +543,8 @@ class _ConfigFile(BaseModel):
     api: dict[str, ApiConfig] = Field(default_factory=dict)
     hippo: HippoConfig | None = None
     ucdiam: IAMConfig | None = None
+    mail: MailConfig | None = None
+    alerts: AlertsConfig | None = None
 
 
 def resolve_config_path(explicit: str | os.PathLike[str] | None) -> tuple[Path, bool]:
@@ -280,7 +581,7 @@ def load_config(path: str | os.PathLike[str] | None = None, profile: str | None 
         if block is not None:
             picked[section] = block
     return Config(path=file_path, profile=chosen, hippo=parsed.hippo, ucdiam=parsed.ucdiam,
-                  **picked)
+                  mail=parsed.mail, alerts=parsed.alerts, **picked)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -377,11 +678,41 @@ mongo:
 # daemon:
 #   default:
 #     broker_url: amqps://cheeto:secret@broker.example.org:5671//
-#     sites: [farm]
-#     author: cheeto-daemon
-#     tasks:
-#       slurm_sync: {schedule: 600}
-#       ldap_sync: {schedule: "*/15 * * * *"}
+#     # broker_use_ssl: {ca_file: /etc/ssl/certs/broker-ca.pem, cert_reqs: required}
+#     #   (also cert_file, key_file for a client certificate)
+#     sites: [farm]                   # the per-site tasks' default site list
+#     author: cheeto-daemon           # History/SyncRun author of scheduled runs
+#     # timezone: America/Los_Angeles # crontab schedules are read in this zone
+#     # beat_schedule_filename: /var/lib/cheeto/celerybeat-schedule
+#     # task_time_limit: 3600         # hard limit of one run (soft: a little less)
+#     # result_expires: 86400         # celery_taskmeta rows are kept this long
+#     tasks:                          # absent, null or enabled: false = disabled
+#       # schedule: a number = every N seconds; a string = a 5-field crontab;
+#       # no schedule = only when enqueued (cheeto daemon enqueue TASK --site S)
+#       slurm_sync:                   # runs on queue slurm.<site> (the site worker)
+#         schedule: 600
+#         # sites: [farm]             # overrides daemon.sites for this task
+#         # apply: true
+#         # sudo: false
+#         # max_deletions: 50         # null: no cap
+#         # timeout_seconds: 60       # each sacctmgr call
+#         # sacctmgr: sacctmgr
+#       ldap_sync:
+#         schedule: "*/15 * * * *"
+#         # full: false
+#         # prune: true
+#         # force: false
+#         # max_deletions: 50
+#         # concurrency: 1
+#       # sympa:                      # the sympa_export task
+#       #   schedule: "0 3 * * *"
+#       #   output_dir: /srv/sympa/lists   # writes <output_dir>/<site>.txt
+#       #   ignore: [hpc-help@ucdavis.edu]
+#       # puppet_sync:
+#       #   schedule: 3600
+#       #   repo: /var/lib/cheeto/puppet.hpc    # a clone of the puppet repository
+#       #   base_branch: main
+#       #   push: true
 
 # api:
 #   default:
@@ -392,13 +723,49 @@ mongo:
 #     # root_path: /api          # the path a reverse proxy strips before forwarding
 #     # tls_cert: /etc/cheeto/tls/api.crt   # both or neither: serve HTTPS
 #     # tls_key: /etc/cheeto/tls/api.key
+#     # cache_seconds: 30        # exports recomputed at most every 30 s, at most 60 s old
 
-# hippo:
+# hippo:                         # the HiPPO account-request portal
 #   base_url: https://hippo.example.org
-#   api_key: change-me
-#   site_aliases: {caesfarm: farm}
+#   api_key: change-me            # sent as X-API-Key
+#   site_aliases: {caesfarm: farm}   # HiPPO cluster -> site (any case; Site.aliases too)
+#   max_tries: 3                  # a failing event is retried this often, then Failed
+#   # request_timeout_seconds: 30
+#   # retries: 2                  # extra attempts on timeouts, connection errors and 5xx
+#   # retry_backoff_seconds: 1    # doubled after each attempt
+#   # access_types: {OpenOnDemand: ondemand, SshKey: login-ssh}
+#   # notify: true                # e-mail the people an event concerns (see mail:)
+#   # sites:                      # per site: grant_slurm (false), replace_ssh_keys (false),
+#   #   farm: {grant_slurm: true} #   create_home (true)
 
-# ucdiam:
+# ucdiam:                         # UC Davis IAM: identity facts and offboarding
 #   base_url: https://iet-ws.ucdavis.edu/api/iam
 #   api_key: change-me
+#   # api_key_header: X-API-Key   # the key goes in this header, never in a URL
+#   # api_version: "1.0"
+#   # grace_days: 1               # missing this long -> offboarding (0: at the first miss)
+#   # expiry_offset_days: 30      # offboarding -> deactivated (by the reaper) after this
+#   # request_timeout_seconds: 30
+#   # retries: 2
+#   # refresh: {name: false, email: true, fullname: true}   # fields IAM facts overwrite
+
+# mail:
+#   transport: smtp               # or hippo (HiPPO's notify endpoint)
+#   from_address: hpc-help@ucdavis.edu
+#   # reply_to: hpc-help@ucdavis.edu
+#   # enabled: true               # false: record e-mails in History without sending
+#   smtp:
+#     host: smtp.example.org
+#     port: 587
+#     starttls: true              # or ssl: true (port 465)
+#     # username: cheeto
+#     # password: secret
+#     # timeout_seconds: 30
+#     # ca_file: /etc/ssl/certs/smtp-ca.pem
+
+# alerts:                         # operator digest: failed/refused syncs, failed/stuck tasks
+#   to: [hpc-ops@example.org]
+#   # subject_prefix: "[cheeto]"
+#   # stuck_after_minutes: 120
+#   # lookback_hours: 24          # how far the first digest looks back
 """

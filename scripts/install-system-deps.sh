@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages that the test-service harness (tests/services) needs:
 # Slurm accounting (munge + MariaDB + slurmdbd + sacctmgr), OpenLDAP (slapd + client tools),
-# the headers to build the `bonsai` LDAP client from its sdist, RabbitMQ and git.
+# the headers to build the `bonsai` LDAP client from its sdist, RabbitMQ and git, plus
+# ssh-keygen and openssl (the container entrypoint and API TLS tests make keys).
 #
 # Only what is missing is installed, so a second run is quick and prints one summary line.
 # Presence is judged by a binary or header that each package provides, not by dpkg state,
@@ -23,10 +24,12 @@ declare -A PROBE=(
   [gcc]=cmd:gcc
   [rabbitmq-server]=file:/usr/lib/rabbitmq/bin/rabbitmq-server
   [git]=cmd:git
+  [openssh-client]=cmd:ssh-keygen
+  [openssl]=cmd:openssl
 )
 # Install order is fixed so the apt command line is stable and readable.
 ORDER=(slurmdbd slurm-client munge mariadb-server mariadb-client slapd ldap-utils
-       libldap-dev libsasl2-dev gcc rabbitmq-server git)
+       libldap-dev libsasl2-dev gcc rabbitmq-server git openssh-client openssl)
 
 present() {  # $1: probe spec "cmd:NAME" or "file:PATH"
   local kind=${1%%:*} what=${1#*:}

@@ -10,17 +10,22 @@ def load_commands() -> None:
     global _LOADED
     if _LOADED:
         return
-    from . import config, db, nocloud, puppet  # noqa: F401
+    # daemon_serve adds to the node cli/daemon.py creates: keep it after daemon
+    from . import config, daemon, daemon_serve, db, nocloud, puppet  # noqa: F401
     from .ng import (  # noqa: F401
+        alerts,
         export,
         group,
+        hippo,
         history,
+        iam,
         ldap,
         site,
         slurm,
         slurm_sync,
         storage,
         user,
+        user_iam,
     )
 
     _LOADED = True

@@ -12,29 +12,39 @@ A site is given by name, fqdn or alias (case-insensitively); an unknown one is a
 never the global key set. ``X-API-Key`` is compared in constant time; with no key
 configured the API is open, which ``check_bind`` only allows on loopback. Everything is
 a query: no request writes anything (no History rows).
+
+An export is computed at most once per ``api.cache_seconds`` (default 30) per site and
+served for up to twice that (the second half while one background task recomputes it);
+concurrent requests for the same export share one computation (``ExportCache``; the
+``X-Cache`` header says ``hit``, ``stale`` or ``miss``). At 10,000 users a storage export
+costs seconds of store time, so a fleet of puppet agents polling at once would otherwise
+queue behind each other. The cache holds the rendered bodies: a hit serialises nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
+import json
 import logging
 import re
 import secrets
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Security
 from fastapi import Path as PathParam
 from fastapi.exceptions import HTTPException
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, Response
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, ConfigDict, Field
 from pymongo.errors import PyMongoError
 
 from .. import __version__
 from ..config import ApiConfig, Config
-from ..errors import CheetoError, InvalidInput
+from ..errors import CheetoError, ConfigError, InvalidInput
 from ..models import Site
 from ..queries.exports import root_key_blocks, root_keys_list, root_keys_text, storage_export
 from ..queries.site import find_site
@@ -112,6 +122,15 @@ def check_bind(api: ApiConfig, host: str, *, insecure: bool) -> None:
                            f"--insecure if the network in front of it is trusted")
 
 
+def check_tls(api: ApiConfig) -> None:
+    """The certificate and key exist and are readable (else one line, not a traceback)."""
+    import os
+
+    for name, path in (("tls_cert", api.tls_cert), ("tls_key", api.tls_key)):
+        if path is not None and not (path.is_file() and os.access(path, os.R_OK)):
+            raise ConfigError(f"api.{name} {path} is not a readable file")
+
+
 def prefers_json(accept: str | None) -> bool:
     """Whether an ``Accept`` header prefers application/json over text/plain.
 
@@ -130,6 +149,8 @@ def prefers_json(accept: str | None) -> bool:
                     quality = max(0.0, min(1.0, float(value)))
                 except ValueError:
                     quality = 0.0
+        if quality <= 0.0:  # q=0 means "not acceptable"
+            continue
         media = media.lower()
         for target in ("application/json", "text/plain"):
             if media in (target, f"{target.split('/')[0]}/*", "*/*"):
@@ -140,6 +161,87 @@ def prefers_json(accept: str | None) -> bool:
     return best.get("application/json", -1.0) > best.get("text/plain", -1.0)
 
 
+class ExportCache:
+    """Exports computed at most once per ``ttl`` seconds per key, never twice at once.
+
+    - fresh (younger than ``ttl``): served from the cache;
+    - stale (younger than ``2 * ttl``): served from the cache while ONE background task
+      recomputes it, so no request waits for a recomputation;
+    - missing or older: computed now; concurrent requests for the same key wait for that
+      one computation (a puppet fleet running on the same minute costs one query).
+
+    Failures are not cached (a failed background refresh is logged; the entry then ages
+    out and the next request computes, and reports, it). Keys are (route, site name), so
+    the cache is bounded by the number of sites. ``ttl <= 0`` disables it.
+    """
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self._entries: dict[tuple[str, str], tuple[float, Any]] = {}
+        self._inflight: dict[tuple[str, str], asyncio.Future[Any]] = {}
+        self._refreshing: set[asyncio.Task[Any]] = set()
+
+    async def get(self, key: tuple[str, str],
+                  compute: Callable[[], Awaitable[Any]]) -> tuple[Any, str]:
+        """(value, ``hit``/``stale``/``miss``)."""
+        if self.ttl <= 0:
+            return await compute(), "miss"
+        now = time.monotonic()
+        entry = self._entries.get(key)
+        if entry is not None and now < entry[0]:
+            return entry[1], "hit"
+        if entry is not None and now < entry[0] + self.ttl:
+            if key not in self._inflight:  # registered now, so only one refresh starts
+                future = self._begin(key)
+                task = asyncio.create_task(self._refresh(key, future, compute))
+                self._refreshing.add(task)
+                task.add_done_callback(self._refreshing.discard)
+            return entry[1], "stale"
+        pending = self._inflight.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending), "hit"
+        return await self._compute(key, self._begin(key), compute), "miss"
+
+    def _begin(self, key: tuple[str, str]) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        return future
+
+    async def _compute(self, key: tuple[str, str], future: asyncio.Future[Any],
+                       compute: Callable[[], Awaitable[Any]]) -> Any:
+        try:
+            value = await compute()
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: nobody else may be waiting
+            raise
+        finally:
+            del self._inflight[key]
+        self._entries[key] = (time.monotonic() + self.ttl, value)
+        future.set_result(value)
+        return value
+
+    async def _refresh(self, key: tuple[str, str], future: asyncio.Future[Any],
+                       compute: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            await self._compute(key, future, compute)
+        except Exception as exc:  # the stale copy stays until it ages out
+            log.warning("refreshing %s for %s failed: %s", key[0], key[1], exc)
+
+    async def close(self) -> None:
+        """Cancel background refreshes (at shutdown)."""
+        for task in list(self._refreshing):
+            task.cancel()
+        if self._refreshing:
+            await asyncio.gather(*self._refreshing, return_exceptions=True)
+        for future in self._inflight.values():
+            future.cancel()
+        self._inflight.clear()
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
 def create_api(config: Config, store: Store | None = None) -> FastAPI:
     """The FastAPI app; it connects (and closes) its own store unless one is injected."""
     api = config.api or ApiConfig()
@@ -148,7 +250,10 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if store is not None:
-            yield
+            try:
+                yield
+            finally:
+                await app.state.cache.close()
             return
         connected = await connect(config.mongo, autostart=False, create_indexes=False)
         app.state.store = connected
@@ -156,14 +261,17 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
         try:
             yield
         finally:
+            await app.state.cache.close()
             await connected.close()
 
     app = FastAPI(
-        title="cheeto", version=__version__, lifespan=lifespan, root_path=api.root_path,
+        title="cheeto", version=__version__, lifespan=lifespan,
         openapi_url=f"{prefix}/openapi.json", docs_url=f"{prefix}/docs", redoc_url=None,
         description="Read-only exports for puppet: root SSH keys and the storage map of a "
                     "site. Send the key in the X-API-Key header.")
     app.state.store = store
+    cache = ExportCache(api.cache_seconds)
+    app.state.cache = cache
 
     key_header = APIKeyHeader(name=API_KEY_HEADER, auto_error=False,
                               description="the api.api_key of the server's config")
@@ -172,8 +280,7 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
     async def require_key(key: str | None = Security(key_header)) -> None:
         if expected is None:
             return
-        given = (key or "").encode("utf-8", "surrogateescape")
-        if not key or not secrets.compare_digest(given, expected):
+        if not key or not secrets.compare_digest(_raw_header(key), expected):
             raise HTTPException(401, "invalid or missing API key",
                                 headers={"WWW-Authenticate": API_KEY_HEADER})
 
@@ -183,7 +290,8 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
             raise HTTPException(404, f"unknown site {value!r}")
         return found
 
-    site_param = PathParam(description="site name, fqdn or alias (case-insensitive)")
+    site_param = PathParam(description="site name, fqdn or alias (case-insensitive)",
+                           examples=["farm", "farm.hpc.example.org"])
     router = APIRouter(prefix=prefix, dependencies=[Depends(require_key)], tags=["puppet"])
 
     @router.get(
@@ -197,18 +305,30 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
                    **_ERRORS})
     async def root_keys(request: Request, site: str = site_param) -> Response:
         found = await site_named(site)
-        blocks = await root_key_blocks(found.name)
-        headers = {"Vary": "Accept", **_NO_STORE}
+
+        async def render() -> dict[str, bytes]:
+            blocks = await root_key_blocks(found.name)
+            return {"text": root_keys_text(blocks).encode(),
+                    "json": _json({"root-ssh-public-keys": root_keys_list(blocks)})}
+
+        bodies, state = await cache.get(("root-keys", found.name), render)
+        headers = {"Vary": "Accept", "X-Cache": state, **_NO_STORE}
         if prefers_json(request.headers.get("accept")):
-            return JSONResponse({"root-ssh-public-keys": root_keys_list(blocks)},
-                                headers=headers)
-        return PlainTextResponse(root_keys_text(blocks), headers=headers)
+            return Response(bodies["json"], media_type="application/json", headers=headers)
+        return Response(bodies["text"], media_type="text/plain; charset=utf-8",
+                        headers=headers)
 
     @router.get("/puppet/storage/{site}", response_model=StorageExport,
                 summary="the storage export of a site", responses=_ERRORS)
-    async def storage(site: str = site_param) -> JSONResponse:
+    async def storage(site: str = site_param) -> Response:
         found = await site_named(site)
-        return JSONResponse(await storage_export(found.name), headers=_NO_STORE)
+
+        async def render() -> bytes:
+            return _json(await storage_export(found.name))
+
+        body, state = await cache.get(("storage", found.name), render)
+        return Response(body, media_type="application/json",
+                        headers={"X-Cache": state, **_NO_STORE})
 
     health = APIRouter(prefix=prefix, tags=["health"])
 
@@ -241,10 +361,25 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
     return app
 
 
+def _raw_header(value: str) -> bytes:
+    """The header's bytes as sent: ASGI servers decode header values as latin-1, so a
+    UTF-8 key sent as UTF-8 compares equal to the configured (UTF-8) key."""
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogateescape")
+
+
+def _json(data: Any) -> bytes:
+    """Compact UTF-8 JSON, as Starlette's JSONResponse renders it."""
+    return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
 def uvicorn_options(api: ApiConfig, host: str, port: int) -> dict[str, Any]:
     """Keyword arguments for ``uvicorn.run``/``uvicorn.Config`` (TLS when configured)."""
     options: dict[str, Any] = {"host": host, "port": port, "proxy_headers": True,
-                               "server_header": False, "log_level": "info"}
+                               "server_header": False, "log_level": "info",
+                               "root_path": api.root_path}
     if api.tls_cert is not None and api.tls_key is not None:
         options |= {"ssl_certfile": str(api.tls_cert), "ssl_keyfile": str(api.tls_key)}
     return options

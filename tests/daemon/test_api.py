@@ -1,0 +1,411 @@
+"""The REST API in process (httpx.ASGITransport) on the golden ``farm`` site.
+
+Covers the key check (401 before anything else), site resolution by name, fqdn and alias
+(case-insensitive), 404 for unknown sites (no global fallback), text vs JSON by
+``Accept``, the storage export, /healthz, the prefix, the open mode, and that reads
+write nothing. The same app under a live uvicorn is in ``test_api_live.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import ValidationError
+from pymongo import AsyncMongoClient
+from ruamel.yaml import YAML
+
+from cheeto_like.config import ApiConfig, Config, MongoConfig
+from cheeto_like.daemon.api import (
+    ExportCache,
+    check_bind,
+    create_api,
+    is_loopback,
+    prefers_json,
+    uvicorn_options,
+)
+from cheeto_like.errors import InvalidInput
+from cheeto_like.models import History
+from cheeto_like.operations.site import AddSiteAlias
+from cheeto_like.store import Store
+from tests.exports.test_golden import seed
+from tests.factories import AUTHOR, make_site
+
+KEY = "test-api-key-0123456789"
+GOLDEN = Path(__file__).parent.parent / "exports" / "golden"
+ROOT_TEXT = (GOLDEN / "farm.root.pub").read_text()
+STORAGE = YAML(typ="safe").load((GOLDEN / "farm.storage.yaml").read_text())
+ROOT_LIST = [line for line in ROOT_TEXT.splitlines() if not line.startswith("#")]
+
+
+@pytest.fixture(scope="module")
+async def seeded(store: Store) -> Store:
+    from tests.conftest import seed_access_status, wipe
+
+    await wipe()
+    await seed_access_status()
+    await seed(store)
+    await AddSiteAlias.run(store, AUTHOR, site="farm", alias="caesfarm")
+    await make_site(store, "peak", "peak.example.org")  # a site with no admins
+    return store
+
+
+def client_for(store: Store, **api: object) -> httpx.AsyncClient:
+    config = Config(mongo=MongoConfig(), api=ApiConfig(**api))  # type: ignore[arg-type]
+    app = create_api(config, store=store)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
+
+
+@pytest.fixture
+async def client(seeded: Store) -> AsyncIterator[httpx.AsyncClient]:
+    async with client_for(seeded, api_key=KEY) as http:
+        yield http
+
+
+AUTH = {"X-API-Key": KEY}
+JSON = {**AUTH, "Accept": "application/json"}
+
+
+# -- the key ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/puppet/root-keys/farm", "/puppet/storage/farm",
+                                  "/puppet/root-keys/nowhere"])
+@pytest.mark.parametrize("headers", [{}, {"X-API-Key": ""}, {"X-API-Key": "wrong"},
+                                     {"X-API-Key": KEY + "x"}, {"X-API-Key": KEY[:-1]},
+                                     {"X-API-Key": "clé-é".encode("latin-1")},
+                                     {"x-api-key": KEY.upper()}])
+async def test_missing_or_wrong_key_is_401(client, path, headers):
+    r = await client.get(path, headers=headers)
+    assert r.status_code == 401
+    assert r.json() == {"detail": "invalid or missing API key"}
+    assert r.headers["www-authenticate"] == "X-API-Key"
+
+
+async def test_a_non_ascii_key_works(seeded):
+    async with client_for(seeded, api_key="clé-secrète-ünïcode") as http:
+        good = {"X-API-Key": "clé-secrète-ünïcode".encode()}
+        assert (await http.get("/puppet/root-keys/farm", headers=good)).status_code == 200
+        bad = {"X-API-Key": "clé-secrète-ünïcode".encode("latin-1")}
+        assert (await http.get("/puppet/root-keys/farm", headers=bad)).status_code == 401
+
+
+async def test_header_name_is_case_insensitive(client):
+    r = await client.get("/puppet/root-keys/farm", headers={"x-api-key": KEY})
+    assert r.status_code == 200
+
+
+# -- root keys ----------------------------------------------------------------------------
+
+
+async def test_root_keys_text_by_default(client):
+    r = await client.get("/puppet/root-keys/farm", headers=AUTH)
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain")
+    assert r.text == ROOT_TEXT
+    assert r.headers["vary"] == "Accept"
+    assert r.headers["cache-control"] == "no-store"
+
+
+async def test_root_keys_json_when_asked(client):
+    r = await client.get("/puppet/root-keys/farm", headers=JSON)
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "application/json"
+    assert r.json() == {"root-ssh-public-keys": ROOT_LIST}
+
+
+@pytest.mark.parametrize(("accept", "json"), [
+    (None, False), ("*/*", False), ("text/plain", False), ("text/*", False),
+    ("application/json", True), ("application/*", True),
+    ("text/plain;q=0.5, application/json", True),
+    ("application/json;q=0.1, text/plain", False),
+    ("application/json, text/plain", False),  # a tie keeps the default
+    ("application/json;q=0.9, */*;q=0.1", True),
+    ("text/html", False), ("application/json;q=bogus", False), ("", False),
+    ("application/json;q=0, */*", False),
+])
+def test_accept_negotiation(accept, json):
+    assert prefers_json(accept) is json
+
+
+@pytest.mark.parametrize("value", ["farm", "FARM", "farm.hpc.example.org",
+                                   "Farm.HPC.example.org", "caesfarm", "CaesFarm"])
+async def test_site_by_name_fqdn_or_alias(client, value):
+    text = await client.get(f"/puppet/root-keys/{value}", headers=AUTH)
+    assert (text.status_code, text.text) == (200, ROOT_TEXT)
+    data = await client.get(f"/puppet/root-keys/{value}", headers=JSON)
+    assert data.json() == {"root-ssh-public-keys": ROOT_LIST}
+    storage = await client.get(f"/puppet/storage/{value}", headers=AUTH)
+    assert (storage.status_code, storage.json()) == (200, STORAGE)
+
+
+async def test_site_without_admins_has_no_keys(client):
+    r = await client.get("/puppet/root-keys/peak", headers=AUTH)
+    assert (r.status_code, r.text) == (200, "")
+    r = await client.get("/puppet/root-keys/peak", headers=JSON)
+    assert r.json() == {"root-ssh-public-keys": []}
+
+
+@pytest.mark.parametrize("kind", ["root-keys", "storage"])
+@pytest.mark.parametrize("value", ["nowhere", "farm.example.org", "farmx", "a b", "-farm",
+                                   "x" * 300, "%00", "ünïcode", "farm..org", "farm;drop"])
+async def test_unknown_site_is_404_never_the_global_set(client, kind, value):
+    r = await client.get(f"/puppet/{kind}/{value}", headers=AUTH | {"Accept": "*/*"})
+    assert r.status_code == 404
+    assert r.json()["detail"].startswith("unknown site ")
+    assert "ssh-ed25519" not in r.text
+
+
+async def test_unknown_site_message(client):
+    r = await client.get("/puppet/root-keys/nowhere", headers=AUTH)
+    assert r.json() == {"detail": "unknown site 'nowhere'"}
+
+
+# -- storage, health, schema ----------------------------------------------------------------
+
+
+async def test_storage_export(client):
+    r = await client.get("/puppet/storage/farm", headers=AUTH)
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "application/json"
+    assert r.json() == STORAGE
+
+
+async def test_storage_of_an_empty_site(client):
+    r = await client.get("/puppet/storage/peak", headers=AUTH)
+    empty = {"user": {}, "group": {}, "share": {}}
+    assert r.json() == {"zfs": empty, "nfs": empty}
+
+
+async def test_healthz_needs_no_key(client):
+    r = await client.get("/healthz")
+    assert (r.status_code, r.json()) == (200, {"status": "ok"})
+
+
+async def test_healthz_503_when_the_store_does_not_answer(seeded):
+    dead = AsyncMongoClient("mongodb://127.0.0.1:9/?directConnection=true",
+                            serverSelectionTimeoutMS=200, connectTimeoutMS=200)
+    store = Store(client=dead, database=dead["nothing"], description="dead")
+    try:
+        async with client_for(store, api_key=KEY) as http:
+            r = await http.get("/healthz")
+    finally:
+        await dead.close()
+    assert r.status_code == 503
+    assert r.json()["status"] == "unavailable"
+
+
+async def test_openapi_document(client):
+    r = await client.get("/openapi.json")
+    assert r.status_code == 200
+    doc = r.json()
+    assert doc["info"]["title"] == "cheeto"
+    assert set(doc["paths"]) == {"/puppet/root-keys/{site}", "/puppet/storage/{site}",
+                                 "/healthz"}
+    schemes = doc["components"]["securitySchemes"]
+    assert schemes["APIKeyHeader"] == {"type": "apiKey", "in": "header", "name": "X-API-Key",
+                                       "description": "the api.api_key of the server's config"}
+    root = doc["paths"]["/puppet/root-keys/{site}"]["get"]["responses"]
+    assert set(root["200"]["content"]) == {"text/plain", "application/json"}
+    assert {"401", "404"} <= set(root)
+    assert (await client.get("/docs")).status_code == 200
+
+
+async def test_reads_write_no_history(client):
+    before = await History.find_all().count()
+    for path in ("/puppet/root-keys/farm", "/puppet/storage/caesfarm", "/puppet/root-keys/x",
+                 "/healthz"):
+        await client.get(path, headers=JSON)
+    assert await History.find_all().count() == before
+
+
+# -- prefix, open mode -------------------------------------------------------------------
+
+
+async def test_prefix_mounts_everything_under_it(seeded):
+    async with client_for(seeded, api_key=KEY, prefix="cheeto/") as http:
+        r = await http.get("/cheeto/puppet/root-keys/farm", headers=AUTH)
+        assert (r.status_code, r.text) == (200, ROOT_TEXT)
+        assert (await http.get("/puppet/root-keys/farm", headers=AUTH)).status_code == 404
+        assert (await http.get("/cheeto/puppet/storage/farm")).status_code == 401
+        assert (await http.get("/cheeto/healthz")).status_code == 200
+        doc = (await http.get("/cheeto/openapi.json")).json()
+        assert "/cheeto/puppet/storage/{site}" in doc["paths"]
+        assert (await http.get("/openapi.json")).status_code == 404
+
+
+async def test_root_path_is_advertised(seeded):
+    """uvicorn passes api.root_path in the ASGI scope (see uvicorn_options)."""
+    app = create_api(Config(api=ApiConfig(api_key=KEY, root_path="proxied")), store=seeded)
+    assert uvicorn_options(ApiConfig(root_path="proxied"), "h", 1)["root_path"] == "/proxied"
+    transport = httpx.ASGITransport(app=app, root_path="/proxied")
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+        doc = (await http.get("/proxied/openapi.json")).json()
+        assert doc["servers"] == [{"url": "/proxied"}]
+        r = await http.get("/proxied/puppet/root-keys/farm", headers=AUTH)
+        assert (r.status_code, r.text) == (200, ROOT_TEXT)
+
+
+async def test_open_mode_without_a_key(seeded):
+    async with client_for(seeded) as http:
+        r = await http.get("/puppet/root-keys/farm")
+        assert (r.status_code, r.text) == (200, ROOT_TEXT)
+        r = await http.get("/puppet/storage/nowhere")
+        assert r.status_code == 404
+
+
+# -- binding rules and config -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("127.0.0.1", True), ("127.1.2.3", True), ("localhost", True), ("LOCALHOST", True),
+    ("::1", True), ("[::1]", True), ("0.0.0.0", False), ("::", False), ("10.0.0.5", False),
+    ("api.example.org", False), ("", False),
+])
+def test_is_loopback(host, loopback):
+    assert is_loopback(host) is loopback
+
+
+def test_open_api_refuses_a_public_address():
+    with pytest.raises(InvalidInput, match=r"refusing to listen on 0\.0\.0\.0"):
+        check_bind(ApiConfig(), "0.0.0.0", insecure=False)
+    check_bind(ApiConfig(), "0.0.0.0", insecure=True)
+    check_bind(ApiConfig(), "127.0.0.1", insecure=False)
+    check_bind(ApiConfig(api_key=KEY), "0.0.0.0", insecure=False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("given", "normal"), [
+    ("", ""), ("/", ""), ("cheeto", "/cheeto"), ("cheeto/", "/cheeto"), ("/a/b/", "/a/b"),
+])
+def test_prefix_is_normalised(given, normal):
+    assert ApiConfig(prefix=given).prefix == normal
+    assert ApiConfig(root_path=given).root_path == normal
+
+
+@pytest.mark.parametrize("bad", [{"prefix": "a b"}, {"prefix": "a//b"}, {"api_key": "  "},
+                                 {"tls_cert": "/x.crt"}, {"tls_key": "/x.key"}])
+def test_bad_api_config(bad):
+    with pytest.raises(ValidationError):
+        ApiConfig(**bad)
+
+
+# -- the export cache -----------------------------------------------------------------------
+
+
+async def test_export_cache_computes_once_per_ttl_and_once_at_a_time():
+    calls = 0
+    gate = asyncio.Event()
+
+    async def compute() -> int:
+        nonlocal calls
+        calls += 1
+        await gate.wait()
+        return calls
+
+    cache = ExportCache(60)
+    waiting = [asyncio.create_task(cache.get(("storage", "farm"), compute)) for _ in range(5)]
+    await asyncio.sleep(0.01)
+    gate.set()
+    results = await asyncio.gather(*waiting)
+    assert calls == 1 and sorted(results) == [(1, "hit")] * 4 + [(1, "miss")]
+    assert await cache.get(("storage", "farm"), compute) == (1, "hit")
+    assert await cache.get(("storage", "peak"), compute) == (2, "miss")  # another key
+    uncached = ExportCache(0)
+    assert [await uncached.get(("k", "s"), compute) for _ in range(2)] == [(3, "miss"),
+                                                                          (4, "miss")]
+
+
+async def test_export_cache_serves_stale_while_one_refresh_runs():
+    calls = 0
+
+    async def compute() -> int:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.05)
+        return calls
+
+    cache = ExportCache(0.2)
+    assert await cache.get(("root-keys", "farm"), compute) == (1, "miss")
+    await asyncio.sleep(0.25)  # past the ttl, within twice it
+    stale = [await cache.get(("root-keys", "farm"), compute) for _ in range(3)]
+    assert stale == [(1, "stale")] * 3  # no request waited; one refresh started
+    await asyncio.sleep(0.1)
+    assert await cache.get(("root-keys", "farm"), compute) == (2, "hit")
+    assert calls == 2
+    await asyncio.sleep(0.45)  # past twice the ttl: too old to serve
+    assert await cache.get(("root-keys", "farm"), compute) == (3, "miss")
+    await cache.close()
+
+
+async def test_export_cache_does_not_keep_failures():
+    cache = ExportCache(60)
+    attempts = 0
+
+    async def flaky() -> str:
+        nonlocal attempts
+        attempts += 1
+        await asyncio.sleep(0.01)
+        if attempts == 1:
+            raise RuntimeError("store hiccup")
+        return "ok"
+
+    first = asyncio.create_task(cache.get(("root-keys", "farm"), flaky))
+    second = asyncio.create_task(cache.get(("root-keys", "farm"), flaky))
+    for task in (first, second):  # the waiter shares the failure of the one in flight
+        with pytest.raises(RuntimeError, match="store hiccup"):
+            await task
+    assert await cache.get(("root-keys", "farm"), flaky) == ("ok", "miss")
+
+
+async def test_a_failed_background_refresh_keeps_the_stale_copy(caplog):
+    cache = ExportCache(0.1)
+    outcomes = iter(["first", RuntimeError("store down"), "third"])
+
+    async def compute() -> str:
+        outcome = next(outcomes)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    assert await cache.get(("storage", "farm"), compute) == ("first", "miss")
+    await asyncio.sleep(0.12)
+    assert await cache.get(("storage", "farm"), compute) == ("first", "stale")
+    await asyncio.sleep(0.01)  # the refresh failed in the background
+    assert "refreshing storage for farm failed: store down" in caplog.text
+    assert await cache.get(("storage", "farm"), compute) == ("first", "stale")
+    await asyncio.sleep(0.01)
+    assert await cache.get(("storage", "farm"), compute) == ("third", "hit")
+
+
+async def test_cached_exports_and_their_headers(seeded):
+    async with client_for(seeded, api_key=KEY, cache_seconds=60) as http:
+        first = await http.get("/puppet/root-keys/farm", headers=AUTH)
+        again = await http.get("/puppet/root-keys/caesfarm", headers=JSON)  # same site
+        assert (first.headers["x-cache"], again.headers["x-cache"]) == ("miss", "hit")
+        assert again.json() == {"root-ssh-public-keys": ROOT_LIST}
+        storage = [await http.get("/puppet/storage/farm", headers=AUTH) for _ in range(2)]
+        assert [r.headers["x-cache"] for r in storage] == ["miss", "hit"]
+        assert storage[1].json() == STORAGE
+
+
+async def test_a_change_shows_after_the_ttl_or_at_once_uncached(seeded):
+    from cheeto_like.models import SshKey
+    from cheeto_like.operations.user import AddUserSshKey, RemoveUserSshKey
+
+    extra = ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAcUIS47SFVib3yJlqOwvcrX5PH+CxglMj9MWWZzgI2b"
+             " dave@spare")
+    async with client_for(seeded, api_key=KEY, cache_seconds=3600) as cached, \
+            client_for(seeded, api_key=KEY, cache_seconds=0) as fresh:
+        assert (await cached.get("/puppet/root-keys/farm", headers=AUTH)).text == ROOT_TEXT
+        await AddUserSshKey.run(seeded, AUTHOR, name="dave", key=extra)
+        try:
+            stale = await cached.get("/puppet/root-keys/farm", headers=AUTH)
+            assert (stale.text, stale.headers["x-cache"]) == (ROOT_TEXT, "hit")
+            now = await fresh.get("/puppet/root-keys/farm", headers=AUTH)
+            assert "dave@spare" in now.text and now.headers["x-cache"] == "miss"
+        finally:
+            key = await SshKey.find_one({"user": "dave", "key": extra})
+            await RemoveUserSshKey.run(seeded, AUTHOR, name="dave", key_id=key.id)
