@@ -47,6 +47,8 @@ from .lease import lease
 
 TARGET = "ldap"
 MAX_STORED_OK_ITEMS = 1000  # a full sync of a large site would not fit one document
+# ids per watermark update (one request each; the store's cost is per updated document)
+WATERMARK_CHUNK = 2000
 _COLLECTIONS = {"users": User, "groups": Group, "storages": Storage}
 _FATAL = ("unreachable", "auth")
 
@@ -61,6 +63,7 @@ class Report:
     watermarked: int = 0
     redirtied: int = 0
     guard_exceeded: bool = False
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
 
     @property
     def applied(self) -> bool:
@@ -88,7 +91,7 @@ class Report:
     def as_dict(self) -> dict[str, Any]:
         return {"run": self.run_id, "dry_run": self.dry_run, **self.plan.as_dict(),
                 "applied_writes": self.writes, "watermarked": self.watermarked,
-                "redirtied": self.redirtied, "tally": self.tally(),
+                "redirtied": self.redirtied, "timings": self.timings, "tally": self.tally(),
                 "failed": [i.model_dump() for i in self.failed]}
 
 
@@ -156,14 +159,17 @@ async def apply_plan(planned: Plan, directory: Directory, *, concurrency: int = 
 # -- watermarks -------------------------------------------------------------------------------
 
 
-def _succeeded(planned: Plan, items: list[SyncItem]) -> set[RecordKey]:
-    """Records in focus none of whose writes failed or were skipped."""
-    outcome = {item.command: item.outcome for item in items}
+def _succeeded(desired: DesiredState, planned: Plan, items: list[SyncItem]) -> set[RecordKey]:
+    """Records to stamp: those in focus that were dirty or written, none of whose writes
+    failed or were skipped. (A clean record compared by ``--full`` keeps its watermark.)"""
     bad: set[RecordKey] = set()
-    for change in planned.changes:
-        if outcome.get(str(change)) != "ok":
+    written: set[RecordKey] = set()
+    changes = planned.changes
+    for index, change in enumerate(changes):  # apply_plan keeps the plan's order
+        written.update(change.records)
+        if index >= len(items) or items[index].outcome != "ok":
             bad.update(change.records)
-    return set(planned.focus.records) - bad
+    return (set(planned.focus.records) & (desired.dirty_records | written)) - bad
 
 
 def _same_instant(a: Any, b: datetime) -> bool:
@@ -174,7 +180,8 @@ async def write_watermarks(store: Store, desired: DesiredState,
                            records: Iterable[RecordKey]) -> tuple[int, int]:
     """Stamp ``ldap.synced.<site>`` on the records (``$currentDate``: the embedded store
     keeps a ``$set`` datetime as a string), drop it from users who left the site, then
-    re-dirty any record changed since this run read it. Returns (stamped, re-dirtied)."""
+    drop it again from any record changed since this run read it, which keeps that record
+    dirty. Returns (stamped, re-dirtied)."""
     path = f"ldap.synced.{desired.site}"
     stamp: dict[str, list[tuple[str, datetime]]] = {}
     unstamp: list[str] = []
@@ -192,21 +199,22 @@ async def write_watermarks(store: Store, desired: DesiredState,
             collection = _COLLECTIONS[collection_name].get_pymongo_collection()
             snapshot = dict(rows)
             ids = sorted(snapshot)
-            for start in range(0, len(ids), 1000):
-                chunk = ids[start:start + 1000]
+            for start in range(0, len(ids), WATERMARK_CHUNK):
+                chunk = ids[start:start + WATERMARK_CHUNK]
                 await collection.update_many({"_id": {"$in": chunk}},
                                              {"$currentDate": {path: True}})
                 stamped += len(chunk)
                 async for row in collection.find({"_id": {"$in": chunk}}, {"ldap": 1}):
                     seen = (row.get("ldap") or {}).get("modified_at")
                     if not _same_instant(seen, snapshot[row["_id"]]):
-                        await collection.update_one(
-                            {"_id": row["_id"]}, {"$currentDate": {"ldap.modified_at": True}})
+                        # dropping the watermark (rather than stamping modified_at, which
+                        # could land in the same millisecond) keeps it dirty for sure
+                        await collection.update_one({"_id": row["_id"]}, {"$unset": {path: ""}})
                         redirtied += 1
         if unstamp:
             users = User.get_pymongo_collection()
-            for start in range(0, len(unstamp), 1000):
-                await users.update_many({"_id": {"$in": unstamp[start:start + 1000]}},
+            for start in range(0, len(unstamp), WATERMARK_CHUNK):
+                await users.update_many({"_id": {"$in": unstamp[start:start + WATERMARK_CHUNK]}},
                                         {"$unset": {path: ""}})
     return stamped, redirtied
 
@@ -234,6 +242,17 @@ async def _maybe_lease(store: Store, site: str, active: bool) -> AsyncIterator[N
         yield
 
 
+class _Clock:
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.laps[name] = round(now - self.last, 3)
+        self.last = now
+
+
 def scope_for(config: LDAPConfig, **kwargs: Any) -> Scope:
     return Scope(protected_users=frozenset(config.protected_users), **kwargs)
 
@@ -253,15 +272,23 @@ async def run(store: Store, config: LDAPConfig, site_name: str, *, scope: Scope,
         await sync_run.insert()
     report: Report | None = None
     try:
+        for user in sorted(scope.only_users or ()):
+            await get_user(user)
+        for group in sorted(scope.only_groups or ()):
+            await get_group(group)
+        clock = _Clock()
         desired = await desired_state(site.name, config)
+        clock.lap("desired")
         if scope.bootstrap and not desired.special_groups:
             raise InvalidInput(f"no access or status groups to create; {SEED_HINT}")
         seen = focus(desired, scope)
         async with _connected(config, directory, concurrency) as connected, \
                 _maybe_lease(store, site.name, not dry_run):
             actual = await actual_state(connected, desired, scope, seen)
+            clock.lap("actual")
             planned = plan(desired, actual, scope, seen)
-            report = Report(planned, dry_run=dry_run, run_id=sync_run.id)
+            clock.lap("plan")
+            report = Report(planned, dry_run=dry_run, run_id=sync_run.id, timings=clock.laps)
             if dry_run:
                 report.guard_exceeded = max_deletions is not None \
                     and len(planned.deletions) > max_deletions
@@ -271,8 +298,10 @@ async def run(store: Store, config: LDAPConfig, site_name: str, *, scope: Scope,
                 report.items = await apply_plan(planned, connected, concurrency=concurrency,
                                                 max_deletions=max_deletions)
                 report.writes = dict(Counter(connected.writes) - before)
+                clock.lap("apply")
                 report.watermarked, report.redirtied = await write_watermarks(
-                    store, desired, _succeeded(planned, report.items))
+                    store, desired, _succeeded(desired, planned, report.items))
+                clock.lap("watermarks")
         sync_run.status = "ok" if report.ok else "failed"
         if not report.ok:
             sync_run.error = (f"{len(report.failed)} LDAP write(s) failed, "
@@ -296,9 +325,22 @@ async def run(store: Store, config: LDAPConfig, site_name: str, *, scope: Scope,
                                "redirtied": report.redirtied}
             sync_run.items = _stored_items(report.items)
             sync_run.extra["notes"] = list(report.plan.notes)
+            sync_run.extra["timings"] = report.timings
             sync_run.extra["items_total"] = len(report.items)
         async with store.exclusive():
             await sync_run.save()
+
+
+async def sync_site(store: Store, config: LDAPConfig, site: str, *, full: bool = False,
+                    prune: bool = True, force: bool = False, dry_run: bool = False,
+                    max_deletions: int | None = 50, concurrency: int = 1,
+                    author: str | None = None) -> Report:
+    """A whole-site sync (users, groups, automounts and, unless ``prune`` is off, the
+    prune): what ``ng ldap sync-site`` and the scheduled task run."""
+    kinds = {"users", "groups", "automounts"} | ({"prune"} if prune else set())
+    return await run(store, config, site, scope=scope_for(
+        config, kinds=frozenset(kinds), full=full, force=force), dry_run=dry_run,
+        max_deletions=max_deletions, concurrency=concurrency, author=author)
 
 
 def _stored_items(items: list[SyncItem]) -> list[SyncItem]:

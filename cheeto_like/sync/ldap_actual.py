@@ -41,6 +41,9 @@ def parse_entry(kind: Kind, found: Entry) -> EntryState:
 
 def entry_name(found: Entry, attr: str) -> str | None:
     """The entry's name: its RDN value when the RDN is ``attr``, else the attribute."""
+    values = found.get(attr)
+    if len(values) == 1 and found.dn.lower().startswith(f"{attr.lower()}="):
+        return values[0]  # the usual case: a single value, which is the RDN's
     try:
         first = parse_dn(found.dn)[0][0]
     except (ValueError, IndexError):
@@ -168,23 +171,18 @@ class _Reader:
         half = len(names)
         return {u: (results[i], results[half + i]) for i, u in enumerate(names)}
 
-    async def automounts(self) -> dict[tuple[str, str], EntryState]:
+    async def automounts(self, maps: dict[str, str]) -> dict[tuple[str, str], EntryState]:
+        """The keys of every map of the site (one search per map)."""
         found: dict[tuple[str, str], EntryState] = {}
-        automount = normalize_dn(self.layout.automount)
-        for item in await self.d.search(self.layout.automount, "sub", "(objectClass=automount)",
-                                        ["objectClass", *AUTOMOUNT_ATTRS]):
-            try:
-                rdns = parse_dn(item.dn)
-            except ValueError:
-                continue
-            if len(rdns) < 2 or rdns[1][0][0].lower() != "automountmapname" \
-                    or _parent(parent_dn(item.dn)) != automount:
-                continue  # not a key of one of the site's maps
-            key = entry_name(item, "automountKey")
-            if key is None:
-                continue
-            state = parse_entry("automount", item)
-            found.setdefault((rdns[1][0][1], key), state)
+        names = sorted(maps)
+        batches = await asyncio.gather(*(
+            self.d.search(maps[name], "one", "(objectClass=automount)",
+                          ["objectClass", *AUTOMOUNT_ATTRS]) for name in names))
+        for name, batch in zip(names, batches, strict=True):
+            for item in batch:
+                key = entry_name(item, "automountKey")
+                if key is not None:
+                    found.setdefault((name, key), parse_entry("automount", item))
         return found
 
 
@@ -217,7 +215,7 @@ async def actual_state(directory: Directory, desired: DesiredState, scope: Scope
                 memberships = await reader.memberships_of(seen.member_users)
     automounts: dict[tuple[str, str], EntryState] = {}
     if "automounts" in kinds or "automounts" in prune:
-        automounts = await reader.automounts()
+        automounts = await reader.automounts(maps)
     return ActualState(containers=containers, user_index=user_index, group_index=group_index,
                        users=users, groups=groups, memberships=memberships, maps=maps,
                        automounts=automounts, notes=tuple(reader.notes))

@@ -25,21 +25,31 @@ and each record's id and snapshot of ``modified_at`` for the watermark.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-
-from beanie.operators import In
-from pydantic import BaseModel, Field
+from typing import Any
 
 from ..config import LDAPConfig
-from ..errors import NotFound
-from ..models import AutomountMap, Group, GroupMembership, SshKey, Storage, User, UserSiteInfo
+from ..constants import DEFAULT_SHELL
+from ..models import (
+    AutomountMap,
+    Group,
+    GroupMembership,
+    SshKey,
+    Storage,
+    StorageVolume,
+    User,
+    UserSiteInfo,
+)
 from ..models.base import LDAPInfo
+from ..models.fields import utcnow
 from ..queries.site import get_site
-from ..queries.storage import ResolvedStorage, resolve_storages
+from ..queries.storage import ResolvedStorage
 from ..queries.user import effective_access, effective_status
 from .ldap_state import (
+    EPOCH,
     GROUP_CLASSES,
     KEY_CLASSES,
     USER_CLASSES,
@@ -86,54 +96,134 @@ class DesiredState:
     records: Mapping[RecordKey, Record] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
+    @property
+    def dirty_records(self) -> frozenset[RecordKey]:
+        return frozenset({("user", u) for u in self.dirty_users | self.former_users}
+                         | {("group", g) for g in self.dirty_groups}
+                         | {("storage", f"{m}/{k}") for m, k in self.dirty_automounts})
+
     def members(self, group: str) -> frozenset[str]:
         found = self.groups.get(group)
         return found.get("memberUid") if found else frozenset()
 
 
-class _UserView(BaseModel):
-    """The user fields the projection reads (a projection: 10k full users parse slowly)."""
+@dataclass(frozen=True, slots=True)
+class _UserRow:
+    """The user fields the projection reads, straight from the store's documents (parsing
+    10k full ``User`` models costs seconds; these rows cost milliseconds)."""
 
-    id: str = Field(alias="_id")
+    id: str
     name: str
     email: str
     uid: int
     gid: int
     fullname: str
-    surname: str | None = None
+    surname: str | None
     shell: str
-    type: str = "user"
-    status: str | None = None
-    password: str | None = None
-    access: list[str] = Field(default_factory=list)
+    type: str
+    status: str | None
+    password: str | None
+    access: list[str]
     home_directory: str
-    expires_at: datetime | None = None
-    ldap: LDAPInfo = Field(default_factory=LDAPInfo)
+    expires_at: datetime | None
+    ldap: _SyncInfo
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> _UserRow:
+        return cls(raw["_id"], raw["name"], raw["email"], raw["uid"], raw["gid"],
+                   raw["fullname"], raw.get("surname"), raw.get("shell") or DEFAULT_SHELL,
+                   raw.get("type") or "user", raw.get("status"), raw.get("password"),
+                   list(raw.get("access") or []), raw["home_directory"],
+                   raw.get("expires_at"), _ldap_info(raw))
 
 
-class _SiteInfoView(BaseModel):
+@dataclass(frozen=True, slots=True)
+class _SiteInfoRow:
     user: str
     site: str
-    status: str | None = None
-    access: list[str] = Field(default_factory=list)
+    status: str | None
+    access: list[str]
 
 
-class _GroupView(BaseModel):
-    id: str = Field(alias="_id")
+@dataclass(frozen=True, slots=True)
+class _GroupRow:
+    id: str
     name: str
     gid: int
-    type: str = "group"
-    shorthand: str | None = None
-    ldap: LDAPInfo = Field(default_factory=LDAPInfo)
+    type: str
+    shorthand: str | None
+    ldap: _SyncInfo
 
 
-class _EdgeView(BaseModel):
+@dataclass(frozen=True, slots=True)
+class _SyncInfo:
+    """``LDAPInfo`` as stored (building 30k pydantic models, even unvalidated, costs
+    seconds). ``needs_sync`` is ``LDAPInfo``'s own rule."""
+
+    ignore: bool
+    modified_at: datetime
+    synced: dict[str, datetime]
+
+    needs_sync = LDAPInfo.needs_sync
+
+
+def _ldap_info(raw: dict[str, Any]) -> _SyncInfo:
+    info = raw.get("ldap") or {}
+    return _SyncInfo(bool(info.get("ignore")), info.get("modified_at") or utcnow(),
+                     dict(info.get("synced") or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
     user: str
+    key: str
+
+    authorized_keys_entry = SshKey.authorized_keys_entry
+
+
+@dataclass(frozen=True, slots=True)
+class _Overrides:
+    options: list[str]
+    add_options: list[str]
+    remove_options: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _StorageRow:
+    """What ``ResolvedStorage`` reads from a storage, without parsing a ``Storage``."""
+
+    id: str
+    name: str
+    site: str
+    category: str
     group: str
-    roles: list[str]
+    volume: str
+    subpath: str
+    automount_map: str | None
+    mount_name: str
+    mount_overrides: _Overrides
+    ldap: _SyncInfo
+    static_mount: None = None
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> _StorageRow:
+        over = raw.get("mount_overrides") or {}
+        return cls(raw["_id"], raw["name"], raw["site"], raw["category"], raw["group"],
+                   raw["volume"], raw.get("subpath") or "", raw.get("automount_map"),
+                   raw.get("mount_name") or "",
+                   _Overrides(list(over.get("options") or []),
+                              list(over.get("add_options") or []),
+                              list(over.get("remove_options") or [])),
+                   _ldap_info(raw))
 
 
-def user_entry(layout: Layout, user: _UserView, keys: list[str]) -> EntryState:
+async def _rows(model: Any, query: dict[str, Any], fields: Iterable[str]) -> list[dict[str, Any]]:
+    """Raw documents with only ``fields`` (one query; no model parsing)."""
+    projection = dict.fromkeys(fields, 1)
+    return await model.get_pymongo_collection().find(query, projection).to_list()
+
+
+def user_entry(layout: Layout, user: _UserRow, keys: list[str]) -> EntryState:
     return entry("user", layout.user_dn(user.name), USER_CLASSES, {
         "uid": [user.name],
         "cn": [user.fullname],
@@ -162,23 +252,24 @@ def automount_entry(layout: Layout, map_name: str, key: str, info: str) -> Entry
                  {"automountKey": [key], "automountInformation": [info]})
 
 
-def _dirty(info: LDAPInfo, site: str) -> bool:
+def _dirty(info: _SyncInfo, site: str) -> bool:
     return info.needs_sync(site)
 
 
-def _key_text(key: SshKey, prefix: bool) -> str:
+def _key_text(key: _Key, prefix: bool) -> str:
     return key.authorized_keys_entry() if prefix else key.key
 
 
-async def _root_keys(site: str, users: dict[str, _UserView], on_site: set[str],
-                     keys: dict[str, list[SshKey]], prefix: bool) -> dict[str, list[str]]:
+async def _root_keys(site: str, users: dict[str, _UserRow], on_site: set[str],
+                     keys: dict[str, list[_Key]], prefix: bool) -> dict[str, list[str]]:
     """system user on this site -> the keys of admins with root-ssh at any of its sites."""
     systems = sorted(n for n in on_site if users[n].type == "system")
     admins = sorted(n for n, u in users.items() if u.type == "admin" and keys.get(n))
     if not systems or not admins:
         return {}
-    usis = await UserSiteInfo.find(In(UserSiteInfo.user, systems + admins),
-                                   projection_model=_SiteInfoView).to_list()
+    usis = [_SiteInfoRow(r["user"], r["site"], r.get("status"), r.get("access") or [])
+            for r in await _rows(UserSiteInfo, {"user": {"$in": systems + admins}},
+                                 ("user", "site", "status", "access"))]
     sites_of: dict[str, set[str]] = {}
     holders: dict[str, set[str]] = {}  # site -> admins with root-ssh there
     for usi in usis:
@@ -197,19 +288,24 @@ async def _root_keys(site: str, users: dict[str, _UserView], on_site: set[str],
     return found
 
 
-async def _resolve(storages: list[Storage], notes: list[str]) -> list[ResolvedStorage]:
-    """Resolve in one batch; a broken record (its volume is gone) is noted and skipped
-    rather than stopping the site's sync."""
-    try:
-        return await resolve_storages(storages)
-    except NotFound:
-        resolved = []
-        for storage in storages:
-            try:
-                resolved.extend(await resolve_storages([storage]))
-            except NotFound as exc:
-                notes.append(f"storage {storage.name} skipped: {exc.message}")
-        return resolved
+async def _automounted(site: str, rows: list[dict[str, Any]],
+                       notes: list[str]) -> list[ResolvedStorage]:
+    """The site's storages mounted through a map, with their volume and map."""
+    volumes = {v.name: v for v in await StorageVolume.find({"site": site}).to_list()}
+    maps = {m.name: m for m in await AutomountMap.find({"site": site}).to_list()}
+    resolved = []
+    for raw in sorted(rows, key=lambda r: (r["category"], r["name"])):
+        if not raw.get("automount_map"):
+            continue
+        storage = _StorageRow.of(raw)
+        volume = volumes.get(storage.volume)
+        if volume is None:
+            notes.append(f"storage {storage.name} skipped: volume {storage.volume} is missing")
+            continue
+        resolved.append(ResolvedStorage(
+            storage=storage, volume=volume,  # type: ignore[arg-type]
+            automount_map=maps.get(storage.automount_map or "")))
+    return resolved
 
 
 async def desired_state(site_name: str, config: LDAPConfig) -> DesiredState:
@@ -220,14 +316,26 @@ async def desired_state(site_name: str, config: LDAPConfig) -> DesiredState:
     prefix = config.ssh_user_prefix
     records: dict[RecordKey, Record] = {}
 
-    usis = {u.user: u for u in await UserSiteInfo.find(
-        {"site": name}, projection_model=_SiteInfoView).to_list()}
-    users = {u.name: u for u in await User.find({}, projection_model=_UserView).to_list()}
-    groups = {g.name: g for g in await Group.find({}, projection_model=_GroupView).to_list()}
-    edges = await GroupMembership.find({"site": name}, projection_model=_EdgeView).to_list()
-    keys: dict[str, list[SshKey]] = {}
-    for key in await SshKey.find({}).sort(+SshKey.created_at).to_list():
-        keys.setdefault(key.user, []).append(key)
+    # independent reads, in flight together (the store's work overlaps with decoding)
+    usi_rows, user_rows, group_rows, edges, key_rows, storage_rows = await asyncio.gather(
+        _rows(UserSiteInfo, {"site": name}, ("user", "site", "status", "access")),
+        _rows(User, {}, ("name", "email", "uid", "gid", "fullname", "surname", "shell",
+                         "type", "status", "password", "access", "home_directory",
+                         "expires_at", "ldap")),
+        _rows(Group, {}, ("name", "gid", "type", "shorthand", "ldap")),
+        _rows(GroupMembership, {"site": name}, ("user", "group", "roles")),
+        _rows(SshKey, {}, ("user", "key", "created_at")),
+        _rows(Storage, {"site": name}, ("name", "site", "category", "group", "volume",
+                                        "subpath", "automount_map", "mount_name",
+                                        "mount_overrides", "ldap")))
+    usis = {r["user"]: _SiteInfoRow(r["user"], r["site"], r.get("status"), r.get("access") or [])
+            for r in usi_rows}
+    users = {r["name"]: _UserRow.of(r) for r in user_rows}
+    groups = {r["name"]: _GroupRow(r["_id"], r["name"], r["gid"], r.get("type") or "group",
+                                   r.get("shorthand"), _ldap_info(r)) for r in group_rows}
+    keys: dict[str, list[_Key]] = {}
+    for raw in sorted(key_rows, key=lambda r: (r.get("created_at") or EPOCH, r["_id"])):
+        keys.setdefault(raw["user"], []).append(_Key(raw["user"], raw["key"]))
 
     # -- users ------------------------------------------------------------------------------
     on_site = set()
@@ -259,11 +367,11 @@ async def desired_state(site_name: str, config: LDAPConfig) -> DesiredState:
     members: dict[str, set[str]] = {}
     wanted: set[str] = set()
     for edge in edges:
-        if edge.user not in on_site:
+        if edge["user"] not in on_site:
             continue
-        wanted.add(edge.group)
-        if "member" in edge.roles:
-            members.setdefault(edge.group, set()).add(edge.user)
+        wanted.add(edge["group"])
+        if "member" in edge["roles"]:
+            members.setdefault(edge["group"], set()).add(edge["user"])
     for sticky in site.group.sticky:
         wanted.add(sticky)
         members.setdefault(sticky, set()).update(on_site)
@@ -283,8 +391,7 @@ async def desired_state(site_name: str, config: LDAPConfig) -> DesiredState:
         if personal is not None and personal.type == "user":
             wanted.add(user_name)
 
-    storages = await Storage.find({"site": name}).sort(+Storage.name).to_list()
-    wanted.update(s.group for s in storages)
+    wanted.update(r["group"] for r in storage_rows)
 
     desired_groups: dict[str, EntryState] = {}
     ignored_groups, dirty_groups = set(), set()
@@ -303,6 +410,7 @@ async def desired_state(site_name: str, config: LDAPConfig) -> DesiredState:
             dirty_groups.add(group_name)
 
     # -- automount --------------------------------------------------------------------------
+    mounted = await _automounted(name, storage_rows, notes)
     maps = {m.name: m for m in await AutomountMap.find({"site": name}).to_list()}
     desired_maps = {config.master_map: map_entry(layout, config.master_map)}
     automounts: dict[tuple[str, str], EntryState] = {}
@@ -328,8 +436,7 @@ async def desired_state(site_name: str, config: LDAPConfig) -> DesiredState:
         automounts[master_key] = automount_entry(layout, *master_key, info)
         dirty_mounts.add(master_key)  # master keys are few and always compared
 
-    mounted = [s for s in storages if s.automount_map]
-    for resolved in await _resolve(mounted, notes):
+    for resolved in mounted:
         storage = resolved.storage
         amap = resolved.automount_map
         if amap is None or amap.name not in desired_maps or amap.name == config.master_map:

@@ -341,6 +341,17 @@ def plan(desired: DesiredState, actual: ActualState, scope: Scope,
                                              "missing", desired.groups[name]))
         return Plan(desired.site, out.build(), seen, tuple(notes))
 
+    for name in sorted(scope.only_users or ()):
+        if name in desired.ignored_users:
+            notes.append(f"user {name} is ignored (ldap.ignore): not written")
+        elif name not in desired.users and ("user", name) not in seen.records:
+            notes.append(f"user {name} is not on site {desired.site}")
+    for name in sorted(scope.only_groups or ()):
+        if name in desired.ignored_groups:
+            notes.append(f"group {name} is ignored (ldap.ignore): not written")
+        elif name not in desired.groups:
+            notes.append(f"group {name} is not used at site {desired.site}; a prune "
+                         "removes its entry")
     if "users" in scope.kinds:
         _plan_users(out, desired, actual, scope, seen)
     if "groups" in scope.kinds:

@@ -174,10 +174,6 @@ def map_entry(layout: Layout, name: str) -> EntryState:
     return entry("map", layout.map_dn(name), MAP_CLASSES, {"automountMapName": [name]})
 
 
-def same_dn(a: str, b: str) -> bool:
-    return normalize_dn(a) == normalize_dn(b)
-
-
 # -- value rules -----------------------------------------------------------------------------
 
 
@@ -199,7 +195,3 @@ def automount_info(host: str, path: str, options: Iterable[str], host_suffix: st
     """``[-opt1,opt2 ]<host><suffix>:<path>``."""
     opts = ",".join(options)
     return f"{'-' + opts + ' ' if opts else ''}{host}{host_suffix}:{path}"
-
-
-def tagged_key(key: str, user: str, prefix: bool = True) -> str:
-    return f'environment="REMOTE_SSH_USER={user}" {key}' if prefix else key

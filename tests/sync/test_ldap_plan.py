@@ -139,7 +139,8 @@ def test_empty_directory_gets_everything_in_dependency_order():
     want = desired({"alice": mk_user("alice")},
                    {"lab": mk_group("lab", "alice"), "active-users": mk_group("active-users")},
                    {("auto.home", "alice"): mk_key("auto.home", "alice"),
-                    ("auto.master", "/home"): mk_key("auto.master", "/home", L.map_dn("auto.home"))},
+                    ("auto.master", "/home"): mk_key("auto.master", "/home",
+                                                     L.map_dn("auto.home"))},
                    dirty_users=frozenset({"alice"}))
     result = plan(want, ActualState(), INCREMENTAL)
     order = [label for label, _ in BATCH_ORDER]
