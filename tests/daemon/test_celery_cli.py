@@ -51,8 +51,10 @@ def one_error(r: Any) -> str:
 
 async def test_enqueue_refuses_unknown_tasks_and_disabled_blocks(cli, config, farm):
     path = config()
+    r = await cli("daemon", "enqueue", "make_coffee", config=path)
+    assert r.code == 2 and "unknown task 'make_coffee' (known: slurm_sync" in one_error(r)
     r = await cli("daemon", "enqueue", "hippo_process", config=path)
-    assert r.code == 2 and "unknown task 'hippo_process' (known: slurm_sync" in one_error(r)
+    assert r.code == 2 and "no daemon.tasks.hippo block" in one_error(r)
     r = await cli("daemon", "enqueue", "puppet_sync", "--site", "farm", config=path)
     assert r.code == 2
     assert one_error(r) == ("error: task puppet_sync is disabled: the config (profile "
