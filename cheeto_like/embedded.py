@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -137,12 +138,29 @@ class EmbeddedServer:
         return " | ".join(text[-lines:]) or "(empty log)"
 
 
+EXIT_GRACE_S = 5.0
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    """Leave cleanly, but never hang: nx-27017's own handler raises SystemExit, which a
+    busy shutdown (seen under load) can swallow or stall, leaving a server that ignores
+    SIGTERM. After a grace period the process exits regardless; SQLite keeps every
+    committed transaction (WAL), and nothing uncommitted was promised to a client."""
+    timer = threading.Timer(EXIT_GRACE_S, os._exit, args=(0,))
+    timer.daemon = True
+    timer.start()
+    sys.exit(0)
+
+
 def _serve(argv: list[str]) -> None:
-    """Run nx-27017 with its per-command INFO logging silenced (it costs throughput)."""
+    """Run nx-27017 with its per-command INFO logging silenced (it costs throughput) and
+    a SIGTERM/SIGINT handler that cannot hang."""
+    import nx_27017.daemon as nx_daemon
     from nx_27017.nx_27017 import main as nx_main
 
     for name in ("nx_27017", "neosqlite"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    nx_daemon._signal_exit_handler = _exit_on_signal  # installed by its run_foreground
     sys.argv = ["nx-27017", *argv]
     nx_main()
 
