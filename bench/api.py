@@ -18,7 +18,6 @@ import json
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,9 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _common import free_port
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from exports import SITE, build
@@ -40,12 +42,6 @@ from cheeto_like.store import connect
 
 KEY = "bench-api-key-0123456789abcdef"
 CHEETO = str(Path(sys.executable).parent / "cheeto")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def endpoints(base: str) -> dict[str, tuple[str, dict[str, str]]]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import sys
 import tempfile
 import time
@@ -23,6 +22,8 @@ from typing import Any
 from pymongo import monitoring
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _common import bulk_insert, free_port
 
 from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
 from cheeto_like.embedded import EmbeddedServer
@@ -76,59 +77,46 @@ class Counter(monitoring.CommandListener):
         pass
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-async def _insert(model: Any, docs: list[Any]) -> None:
-    collection = model.get_pymongo_collection()
-    for start in range(0, len(docs), 2000):
-        chunk = docs[start:start + 2000]
-        await collection.insert_many([d.model_dump(by_alias=True) for d in chunk])
-
-
 async def build(users: int, groups: int) -> None:
     for model in (Site, User, Group, GroupMembership, UserSiteInfo, SshKey, Storage,
                   StorageVolume, AutomountMap):
         await model.get_pymongo_collection().delete_many({})
-    await _insert(Site, [Site(name=SITE, fqdn=f"{SITE}.example.org")])
-    await _insert(Group, [Group(name=f"{s}-users", gid=3_333_333_000 + i, type="access",
+    await bulk_insert(Site, [Site(name=SITE, fqdn=f"{SITE}.example.org")])
+    await bulk_insert(Group, [Group(name=f"{s}-users", gid=3_333_333_000 + i, type="access",
                                 shorthand=s) for i, s in enumerate(("login-ssh", "root-ssh"))])
-    await _insert(AutomountMap, [AutomountMap(name=m, site=SITE, prefix=f"/{m}",
+    await bulk_insert(AutomountMap, [AutomountMap(name=m, site=SITE, prefix=f"/{m}",
                                               options=["rw", "fstype=nfs"])
                                  for m in ("home", "group")])
     names = [f"e{i:05d}" for i in range(users)]
-    await _insert(User, [User(name=n, email=f"{n}@example.org", uid=1_000_000 + i,
+    await bulk_insert(User, [User(name=n, email=f"{n}@example.org", uid=1_000_000 + i,
                               gid=1_000_000 + i, fullname=f"Export {n}",
                               home_directory=f"/home/{n}", status="active",
                               type="admin" if i % 100 == 0 else "user",
                               access=["login-ssh", "root-ssh"] if i % 100 == 0
                               else ["login-ssh"]) for i, n in enumerate(names)])
-    await _insert(UserSiteInfo, [UserSiteInfo(user=n, site=SITE) for n in names])
-    await _insert(SshKey, [SshKey(user=n, key=KEY) for n in names[::100]])
-    await _insert(Group, [Group(name=f"g{g:04d}", gid=700_000 + g) for g in range(groups)])
-    await _insert(GroupMembership, [GroupMembership(user=n, group=f"g{i % groups:04d}",
+    await bulk_insert(UserSiteInfo, [UserSiteInfo(user=n, site=SITE) for n in names])
+    await bulk_insert(SshKey, [SshKey(user=n, key=KEY) for n in names[::100]])
+    await bulk_insert(Group, [Group(name=f"g{g:04d}", gid=700_000 + g) for g in range(groups)])
+    await bulk_insert(GroupMembership, [GroupMembership(user=n, group=f"g{i % groups:04d}",
                                                     site=SITE, roles=["member"])
                                     for i, n in enumerate(names)])
     home_root = StorageVolume(name="homes", site=SITE, backend="zfs", host="nas-1",
                               host_path="/export/home", zfs=ZFSConfig())
     group_root = StorageVolume(name="groups", site=SITE, backend="zfs", host="nas-2",
                                host_path="/export/group", zfs=ZFSConfig())
-    await _insert(StorageVolume, [home_root, group_root])
-    await _insert(StorageVolume, [StorageVolume(
+    await bulk_insert(StorageVolume, [home_root, group_root])
+    await bulk_insert(StorageVolume, [StorageVolume(
         name=f"homes/{n}", site=SITE, backend="zfs", host="nas-1",
         host_path=f"/export/home/{n}", parent="homes", zfs=ZFSConfig(),
         allocations=[StorageAllocation(quota="20G")]) for n in names])
-    await _insert(Storage, [Storage(name=n, site=SITE, category="home", owner=n, group=n,
+    await bulk_insert(Storage, [Storage(name=n, site=SITE, category="home", owner=n, group=n,
                                     volume=f"homes/{n}", automount_map="home", mount_name=n)
                             for n in names])
-    await _insert(StorageVolume, [StorageVolume(
+    await bulk_insert(StorageVolume, [StorageVolume(
         name=f"groups/g{g:04d}", site=SITE, backend="zfs", host="nas-2",
         host_path=f"/export/group/g{g:04d}", parent="groups", zfs=ZFSConfig(),
         allocations=[StorageAllocation(quota="10T")]) for g in range(groups)])
-    await _insert(Storage, [Storage(name=f"g{g:04d}", site=SITE, category="group",
+    await bulk_insert(Storage, [Storage(name=f"g{g:04d}", site=SITE, category="group",
                                     owner=names[g % users], group=f"g{g:04d}",
                                     volume=f"groups/g{g:04d}", automount_map="group",
                                     mount_name=f"g{g:04d}") for g in range(groups)])
@@ -162,7 +150,7 @@ async def main() -> None:
     opts = parser.parse_args()
     counter = Counter()
     with tempfile.TemporaryDirectory(prefix="cheeto-exports-") as tmp:
-        embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=_free_port())
+        embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
         server = EmbeddedServer(embedded)
         server.start_background()
         try:

@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import base64
 import json
-import socket
 import struct
 import sys
 import tempfile
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _common import bulk_insert, free_port, progress
 
 from cheeto_like.config import EmbeddedStoreConfig, LDAPConfig, MongoConfig
 from cheeto_like.constants import ACCESS_GROUP_NAMES, SPECIAL_GID_START, STATUS_GROUP_NAMES
@@ -57,16 +58,6 @@ SITE = "benchfarm"
 AUTHOR = "bench"
 
 
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def ed25519_key(seed: int, comment: str) -> str:
     """A well-formed ssh-ed25519 public key line (32 bytes derived from ``seed``)."""
     kind = b"ssh-ed25519"
@@ -75,53 +66,43 @@ def ed25519_key(seed: int, comment: str) -> str:
     return f"ssh-ed25519 {base64.b64encode(blob).decode()} {comment}"
 
 
-async def _insert(model: Any, docs: list[Any]) -> None:
-    collection = model.get_pymongo_collection()
-    for start in range(0, len(docs), 2000):
-        chunk = docs[start:start + 2000]
-        for doc in chunk:  # what insert() would do: the fingerprint hook
-            if hasattr(doc, "refresh_ldap_fingerprint"):
-                doc.refresh_ldap_fingerprint()
-        await collection.insert_many([d.model_dump(by_alias=True) for d in chunk])
-
-
 async def build_site(users: int, groups: int) -> None:
-    await _insert(Site, [Site(name=SITE, fqdn=f"{SITE}.example.org")])
+    await bulk_insert(Site, [Site(name=SITE, fqdn=f"{SITE}.example.org")])
     gid = SPECIAL_GID_START
     special = []
     for kind, names in (("access", ACCESS_GROUP_NAMES), ("status", STATUS_GROUP_NAMES)):
         for shorthand, name in names.items():
             special.append(Group(name=name, gid=gid, type=kind, shorthand=shorthand))
             gid += 1
-    await _insert(Group, special)
+    await bulk_insert(Group, special)
     password = hash_password("bench password")  # one hash: yescrypt is slow on purpose
     names = [f"b{i:05d}" for i in range(users)]
-    await _insert(User, [User(
+    await bulk_insert(User, [User(
         name=n, email=f"{n}@example.org", uid=1_000_000 + k, gid=1_000_000 + k,
         fullname=f"Bench User{k}", home_directory=f"/home/{n}", status="active",
         password=password, access=["login-ssh", "slurm"] if k % 2 else ["login-ssh"])
         for k, n in enumerate(names)])
-    await _insert(Group, [Group(name=n, gid=1_000_000 + k, type="user")
+    await bulk_insert(Group, [Group(name=n, gid=1_000_000 + k, type="user")
                           for k, n in enumerate(names)])
-    await _insert(SshKey, [SshKey(user=n, key=ed25519_key(k, n)) for k, n in enumerate(names)])
-    await _insert(UserSiteInfo, [UserSiteInfo(user=n, site=SITE) for n in names])
+    await bulk_insert(SshKey, [SshKey(user=n, key=ed25519_key(k, n)) for k, n in enumerate(names)])
+    await bulk_insert(UserSiteInfo, [UserSiteInfo(user=n, site=SITE) for n in names])
     labs = [f"lab{g:04d}" for g in range(groups)]
-    await _insert(Group, [Group(name=lab, gid=600_000 + g) for g, lab in enumerate(labs)])
-    await _insert(GroupMembership, [
+    await bulk_insert(Group, [Group(name=lab, gid=600_000 + g) for g, lab in enumerate(labs)])
+    await bulk_insert(GroupMembership, [
         GroupMembership(user=n, group=labs[(k + j * 7) % groups], site=SITE, roles=["member"])
         for k, n in enumerate(names) for j in range(2)])
-    await _insert(AutomountMap, [
+    await bulk_insert(AutomountMap, [
         AutomountMap(name="auto.home", site=SITE, prefix="/home", options=["rw", "nosuid"]),
         AutomountMap(name="auto.group", site=SITE, prefix="/group", options=["rw"])])
-    await _insert(StorageVolume, [
+    await bulk_insert(StorageVolume, [
         StorageVolume(name="homes", site=SITE, backend="zfs", host="nfs-home",
                       host_path="/export/home"),
         StorageVolume(name="labs", site=SITE, backend="zfs", host="nfs-group",
                       host_path="/export/group")])
-    await _insert(Storage, [Storage(name=n, site=SITE, category="home", owner=n, group=n,
+    await bulk_insert(Storage, [Storage(name=n, site=SITE, category="home", owner=n, group=n,
                                     volume="homes", subpath=n, automount_map="auto.home")
                             for n in names])
-    await _insert(Storage, [Storage(name=lab, site=SITE, category="group", owner=names[0],
+    await bulk_insert(Storage, [Storage(name=lab, site=SITE, category="group", owner=names[0],
                                     group=lab, volume="labs", subpath=lab,
                                     automount_map="auto.group") for lab in labs])
 
@@ -152,7 +133,7 @@ async def timed_run(store: Store, config: LDAPConfig, label: str, *, concurrency
     wall = time.perf_counter() - started
     writes = sum(report.writes.values())
     checked = report.plan.focus
-    _progress(f"  {label}: {wall:.2f}s, {writes} writes {report.writes} {report.timings}")
+    progress(f"  {label}: {wall:.2f}s, {writes} writes {report.writes} {report.timings}")
     assert report.ok, report.failed[:3]
     return {
         "wall_s": round(wall, 2),
@@ -173,10 +154,10 @@ async def run(store: Store, server: Slapd, users: int, groups: int,
         servers=[server.uri], searchbase=server.suffix, user_base=f"ou=people,{server.suffix}",
         login_dn=server.root_dn, password=server.root_password, use_tls=True,
         ca_file=server.ca_file, pool_max_connections=max(concurrency, 2))
-    _progress(f"building {users} users and {groups} groups in the store")
+    progress(f"building {users} users and {groups} groups in the store")
     started = time.perf_counter()
     await build_site(users, groups)
-    _progress(f"  built in {time.perf_counter() - started:.1f}s")
+    progress(f"  built in {time.perf_counter() - started:.1f}s")
     results: dict[str, Any] = {}
     results["full_sync_empty_directory"] = await timed_run(
         store, config, "full sync", concurrency=concurrency, full=True)
@@ -202,7 +183,7 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cheeto-ldap-bench-") as tmp:
-        embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=_free_port())
+        embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
         server = EmbeddedServer(embedded)
         server.start_background()
         slapd = Slapd(Path(tmp), organizational_units=()).start()

@@ -16,13 +16,14 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import free_port, progress
 
 from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
 from cheeto_like.embedded import EmbeddedServer
@@ -37,16 +38,6 @@ from cheeto_like.store import Store, connect
 SITE = "bench"
 GROUPS = 50
 DATABASE = "bench_ops"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 async def populate(store: Store, users: int) -> dict[str, float]:
@@ -68,7 +59,7 @@ async def populate(store: Store, users: int) -> dict[str, float]:
         ops += 5
         if (i + 1) % 1000 == 0:
             rate = ops / (time.perf_counter() - started)
-            _progress(f"  {i + 1} users, {rate:.0f} ops/s")
+            progress(f"  {i + 1} users, {rate:.0f} ops/s")
     elapsed = time.perf_counter() - started
     return {"operations": ops, "seconds": round(elapsed, 2),
             "ops_per_second": round(ops / elapsed, 1)}
@@ -114,7 +105,7 @@ async def main() -> None:
             config_text = (f"mongo:\n  default:\n    uri: {opts.mongo_uri}\n"
                            f"    database: {DATABASE}\n")
         else:
-            embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=_free_port())
+            embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
             server = EmbeddedServer(embedded)
             server.start_background()
             mongo = MongoConfig(embedded=embedded, database=DATABASE)
@@ -126,7 +117,7 @@ async def main() -> None:
             store = await connect(mongo, autostart=False)
             await store.client.drop_database(DATABASE)
             await store.bind()
-            _progress(f"creating {opts.users} users on {store.description}")
+            progress(f"creating {opts.users} users on {store.description}")
             writes = await populate(store, opts.users)
             finds = await time_find_users()
             await store.close()

@@ -10,7 +10,7 @@ users, then adds 1,000 more and measures:
 Prints one JSON object on stdout; progress on stderr.
 
     .venv/bin/python bench/slurm_plan.py [--users 20000] [--groups 1000] [--qos 500]
-                                         [--new-groups N]
+                                         [--new-groups N] [--new-users 1000]
 
 Needs the Slurm packages (scripts/install-system-deps.sh).
 """
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import sys
 import tempfile
 import time
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _common import bulk_insert, free_port, progress
 
 from cheeto_like.adapters.sacctmgr import SAcctMgr
 from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
@@ -56,37 +57,20 @@ SITE = "benchfarm"
 PARTITIONS = ("cpu", "gpu", "bigmem")
 
 
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-async def _insert(model: Any, docs: list[Any]) -> None:
-    collection = model.get_pymongo_collection()
-    for start in range(0, len(docs), 2000):
-        chunk = docs[start:start + 2000]
-        await collection.insert_many([d.model_dump(by_alias=True) for d in chunk])
-
-
 async def build_site(groups: int, qos: int) -> None:
-    await _insert(Site, [Site(name=SITE, fqdn=f"{SITE}.example.org")])
-    await _insert(Group, [Group(name=f"{s}-users", gid=3_333_333_000 + i, type="access",
+    await bulk_insert(Site, [Site(name=SITE, fqdn=f"{SITE}.example.org")])
+    await bulk_insert(Group, [Group(name=f"{s}-users", gid=3_333_333_000 + i, type="access",
                                 shorthand=s) for i, s in enumerate(("login-ssh", "slurm"))])
-    await _insert(SlurmPartition, [SlurmPartition(name=p, site=SITE) for p in PARTITIONS])
-    await _insert(SlurmQOS, [SlurmQOS(name=f"q{i:03d}", site=SITE, priority=i % 10)
+    await bulk_insert(SlurmPartition, [SlurmPartition(name=p, site=SITE) for p in PARTITIONS])
+    await bulk_insert(SlurmQOS, [SlurmQOS(name=f"q{i:03d}", site=SITE, priority=i % 10)
                              for i in range(qos)])
-    await _insert(SlurmAllocation, [SlurmAllocation(
+    await bulk_insert(SlurmAllocation, [SlurmAllocation(
         site=SITE, qos=f"q{i:03d}", bucket="group_limits",
         tres=SlurmTRES(cpus=64 + i, gpus=i % 8, mem=f"{256 + i}G")) for i in range(qos)])
-    await _insert(Group, [Group(name=f"lab{g:04d}", gid=600_000 + g) for g in range(groups)])
-    await _insert(SlurmAccount, [SlurmAccount(group=f"lab{g:04d}", site=SITE)
+    await bulk_insert(Group, [Group(name=f"lab{g:04d}", gid=600_000 + g) for g in range(groups)])
+    await bulk_insert(SlurmAccount, [SlurmAccount(group=f"lab{g:04d}", site=SITE)
                                  for g in range(groups)])
-    await _insert(SlurmAssociation, [
+    await bulk_insert(SlurmAssociation, [
         SlurmAssociation(site=SITE, account=f"lab{g:04d}", partition=p,
                          qos=[f"q{g % qos:03d}"])
         for g in range(groups) for p in PARTITIONS])
@@ -95,14 +79,14 @@ async def build_site(groups: int, qos: int) -> None:
 async def add_users(first: int, count: int, groups: int) -> None:
     """Users b<first>… each a member of one lab group, spread round-robin over ``groups``."""
     names = [f"b{i:05d}" for i in range(first, first + count)]
-    await _insert(User, [User(name=n, email=f"{n}@example.org", uid=1_000_000 + first + k,
+    await bulk_insert(User, [User(name=n, email=f"{n}@example.org", uid=1_000_000 + first + k,
                               gid=1_000_000 + first + k, fullname=f"Bench {n}",
                               home_directory=f"/home/{n}", status="active",
                               access=["login-ssh", "slurm"]) for k, n in enumerate(names)])
-    await _insert(Group, [Group(name=n, gid=1_000_000 + first + k, type="user")
+    await bulk_insert(Group, [Group(name=n, gid=1_000_000 + first + k, type="user")
                           for k, n in enumerate(names)])
-    await _insert(UserSiteInfo, [UserSiteInfo(user=n, site=SITE) for n in names])
-    await _insert(GroupMembership, [
+    await bulk_insert(UserSiteInfo, [UserSiteInfo(user=n, site=SITE) for n in names])
+    await bulk_insert(GroupMembership, [
         GroupMembership(user=n, group=f"lab{k % groups:04d}", site=SITE,
                         roles=["member"]) for k, n in enumerate(names)])
 
@@ -117,26 +101,26 @@ async def timed(label: str, coro: Any) -> tuple[Any, float]:
     started = time.perf_counter()
     result = await coro
     elapsed = time.perf_counter() - started
-    _progress(f"  {label}: {elapsed:.2f}s")
+    progress(f"  {label}: {elapsed:.2f}s")
     return result, elapsed
 
 
 async def run(store: Store, slurm: SlurmAccounting, users: int, groups: int, qos: int,
-              new_groups: int) -> dict[str, Any]:
+              new_groups: int, new_users: int) -> dict[str, Any]:
     runner = SAcctMgr(env=slurm.env, timeout=300)
     reader = SAcctMgrReader(runner)
     slurm.add_cluster(SITE)
     await build_site(groups, qos)
-    base_users = users - 1000
+    base_users = users - new_users
     await add_users(0, base_users, groups)
-    _progress(f"converging {base_users} users first")
+    progress(f"converging {base_users} users first")
     desired, _ = await timed("desired", desired_state(SITE))
     actual, _ = await timed("actual", actual_state(reader, SITE))
     first_plan, _ = await timed("plan", asyncio.to_thread(plan, desired, actual))
     _, first_apply_s = await timed("apply", apply_plan(first_plan, runner, max_deletions=0))
 
-    _progress(f"adding 1000 users ({users} in all) in {new_groups} groups")
-    await add_users(base_users, 1000, new_groups)
+    progress(f"adding {new_users} users ({users} in all) in {new_groups} groups")
+    await add_users(base_users, new_users, new_groups)
     desired, desired_s = await timed("desired", desired_state(SITE))
     actual, actual_s = await timed("actual", actual_state(reader, SITE))
     started = time.perf_counter()
@@ -159,8 +143,8 @@ async def run(store: Store, slurm: SlurmAccounting, users: int, groups: int, qos
         "first_apply": {"users": base_users, "sacctmgr_processes": first_plan.processes,
                         "one_per_item_baseline": baseline_processes(first_plan),
                         "wall_s": round(first_apply_s, 2)},
-        "apply_1000_new_users": {
-            "joining_groups": new_groups,
+        "apply_new_users": {
+            "new_users": new_users, "joining_groups": new_groups,
             "sacctmgr_processes": new_plan.processes,
             "one_per_item_baseline": baseline_processes(new_plan),
             "changes": new_plan.counts, "wall_s": round(apply_s, 2),
@@ -175,10 +159,14 @@ async def main() -> None:
     parser.add_argument("--groups", type=int, default=1_000)
     parser.add_argument("--qos", type=int, default=500)
     parser.add_argument("--new-groups", type=int, default=None,
-                        help="how many groups the 1,000 new users join (default: all)")
+                        help="how many groups the new users join (default: all)")
+    parser.add_argument("--new-users", type=int, default=1_000,
+                        help="users added after the first convergence (default 1,000)")
     opts = parser.parse_args()
+    if not 0 < opts.new_users < opts.users:
+        parser.error("--new-users must be between 1 and --users - 1")
     with tempfile.TemporaryDirectory(prefix="cheeto-slurm-bench-") as tmp:
-        embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=_free_port())
+        embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
         server = EmbeddedServer(embedded)
         server.start_background()
         slurm = SlurmAccounting(Path(tmp)).start()
@@ -186,7 +174,7 @@ async def main() -> None:
             store = await connect(MongoConfig(embedded=embedded, database="bench_slurm"),
                                   autostart=False)
             result = await run(store, slurm, opts.users, opts.groups, opts.qos,
-                               opts.new_groups or opts.groups)
+                               opts.new_groups or opts.groups, opts.new_users)
             await store.close()
         finally:
             slurm.stop()
