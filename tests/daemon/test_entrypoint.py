@@ -71,6 +71,10 @@ def root() -> Iterator[Path]:
     (path / "etc" / "cheeto" / "ssh").mkdir(parents=True)
     shutil.copy(BAKED, path / "etc" / "cheeto" / "ssh" / "known_hosts.github")
     (path / "run" / "cheeto").mkdir(parents=True)
+    # A copy the dropped user can read: the checkout itself may not be (a 0700 home or
+    # clone directory), and a container's entrypoint is world-readable anyway.
+    shutil.copy(ENTRYPOINT, path / "docker-entrypoint.sh")
+    (path / "docker-entrypoint.sh").chmod(0o755)
     try:
         yield path
     finally:
@@ -89,7 +93,8 @@ def root() -> Iterator[Path]:
 def run(root: Path, *args: str, prefix: tuple[str, ...] = (), **env: str) -> Result:
     full = {"PATH": f"{root / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin", "ROOT": str(root),
             "HOME": "/var/lib/cheeto", **env}
-    proc = subprocess.Popen([*prefix, "/bin/sh", str(ENTRYPOINT), *args], env=full,
+    proc = subprocess.Popen([*prefix, "/bin/sh", str(root / "docker-entrypoint.sh"), *args],
+                            env=full,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=60)
