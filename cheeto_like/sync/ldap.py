@@ -44,6 +44,7 @@ from .ldap_desired import DesiredState, desired_state
 from .ldap_plan import SEQUENTIAL_BATCHES, Change, Plan, Scope, entry_mods, focus, plan
 from .ldap_state import GROUP_ATTRS, USER_ATTRS, Layout, RecordKey
 from .lease import lease
+from .report import ItemOutcomes
 
 TARGET = "ldap"
 MAX_STORED_OK_ITEMS = 1000  # a full sync of a large site would not fit one document
@@ -54,7 +55,7 @@ _FATAL = ("unreachable", "auth")
 
 
 @dataclass
-class Report:
+class Report(ItemOutcomes):
     plan: Plan
     dry_run: bool
     items: list[SyncItem] = field(default_factory=list)
@@ -68,25 +69,6 @@ class Report:
     @property
     def applied(self) -> bool:
         return not self.dry_run
-
-    @property
-    def failed(self) -> list[SyncItem]:
-        return [i for i in self.items if i.outcome == "failed"]
-
-    @property
-    def skipped(self) -> list[SyncItem]:
-        return [i for i in self.items if i.outcome == "skipped"]
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed and not self.skipped
-
-    def tally(self) -> dict[str, dict[str, int]]:
-        out: dict[str, dict[str, int]] = {}
-        for item in self.items:
-            counts = out.setdefault(item.batch, {"ok": 0, "failed": 0, "skipped": 0})
-            counts[item.outcome] = counts.get(item.outcome, 0) + 1
-        return out
 
     def as_dict(self) -> dict[str, Any]:
         return {"run": self.run_id, "dry_run": self.dry_run, **self.plan.as_dict(),

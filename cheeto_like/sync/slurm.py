@@ -26,6 +26,7 @@ from ..models.sync import SyncItem
 from ..queries.site import get_site
 from ..store import Store
 from .lease import lease
+from .report import ItemOutcomes
 from .slurm_actual import StateReader, actual_state, with_deletion_facts
 from .slurm_desired import desired_state
 from .slurm_plan import Plan, plan
@@ -38,30 +39,11 @@ class CommandRunner(Protocol):
 
 
 @dataclass
-class Report:
+class Report(ItemOutcomes):
     plan: Plan
     applied: bool
     items: list[SyncItem] = field(default_factory=list)
     run_id: str | None = None
-
-    @property
-    def failed(self) -> list[SyncItem]:
-        return [i for i in self.items if i.outcome == "failed"]
-
-    @property
-    def skipped(self) -> list[SyncItem]:
-        return [i for i in self.items if i.outcome == "skipped"]
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed and not self.skipped
-
-    def tally(self) -> dict[str, dict[str, int]]:
-        out: dict[str, dict[str, int]] = {}
-        for item in self.items:
-            counts = out.setdefault(item.batch, {"ok": 0, "failed": 0, "skipped": 0})
-            counts[item.outcome] = counts.get(item.outcome, 0) + 1
-        return out
 
 
 def check_guard(planned: Plan, max_deletions: int | None) -> None:
