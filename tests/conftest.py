@@ -3,6 +3,12 @@
 By default the store is the embedded nx-27017 server, started once per session on a free
 port. Set ``CHEETO_TEST_MONGO_URI`` (a replica set URI) to run the same suite on a real
 MongoDB instead.
+
+The session never sees the user's own config or data: ``XDG_CONFIG_HOME``,
+``XDG_DATA_HOME``, ``XDG_STATE_HOME`` and ``XDG_CACHE_HOME`` point into a throwaway
+directory and ``CHEETO_CONFIG``/``CHEETO_PROFILE`` are unset, so a test that forgets
+``--config`` cannot read a real config or start (and leave running) the default
+embedded store in the user's home. A test that does start it fails the session.
 """
 
 from __future__ import annotations
@@ -12,7 +18,10 @@ import io
 import json
 import os
 import re
+import shutil
+import signal
 import socket
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +35,27 @@ from cheeto_like.constants import ACCESS_GROUP_NAMES, SPECIAL_GID_START, STATUS_
 from cheeto_like.embedded import EmbeddedServer
 from cheeto_like.models import ALL_MODELS, Group
 from cheeto_like.store import Store, connect
+
+ISOLATED_HOME = Path(tempfile.mkdtemp(prefix="cheeto-test-xdg-"))
+for _var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
+    os.environ[_var] = str(ISOLATED_HOME / _var.lower())
+for _var in ("CHEETO_CONFIG", "CHEETO_PROFILE"):
+    os.environ.pop(_var, None)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop a default embedded store some test autostarted (it would outlive the run),
+    fail the session for it, and remove the throwaway XDG directories."""
+    pid_file = ISOLATED_HOME / "xdg_data_home" / "cheeto" / "store" / "nx.pid"
+    if pid_file.exists():
+        try:
+            os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
+        except (ValueError, ProcessLookupError):
+            pass
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print("\nerror: a test started the default embedded store (a CLI call without "
+              "a config pointing at the test store); it has been stopped")
+    shutil.rmtree(ISOLATED_HOME, ignore_errors=True)
 
 
 def _free_port() -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ruamel.yaml import YAML
 
 from cheeto_like.store import Store
 from tests.conftest import module_database
@@ -73,7 +74,9 @@ async def test_enqueue_refuses_an_unknown_site_and_a_missing_daemon_section(cli,
                   config=config())
     assert r.code == 2 and one_error(r) == "error: site 'nowhere' does not exist"
     bare = tmp_path / "bare.yaml"
-    bare.write_text((tmp_path / "config.yaml").read_text().split("daemon:")[0])
+    data = YAML(typ="safe").load(config())
+    del data["daemon"]
+    YAML(typ="safe").dump(data, bare)
     r = await cli("daemon", "enqueue", "sympa_export", config=bare)
     assert r.code == 2 and "no daemon section in the config for profile 'default'" in \
         one_error(r)
