@@ -31,15 +31,15 @@ import fcntl
 import inspect
 import logging
 import os
-import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 from ..errors import CheetoError, ExternalError, InvalidInput
+from .process import ProcessResult, run_process
 
 log = logging.getLogger(__name__)
 
@@ -48,36 +48,13 @@ DEFAULT_LOCK_TIMEOUT_S = 30.0
 LOCK_FILE = ".cheeto.lock"
 BRANCH_PREFIX = "cheeto-puppet-sync"
 LOCK_POLL_S = 0.05
-KILL_GRACE_S = 5.0  # how long to wait for a killed process group's pipes to close
 # Set when running inside a git hook; they would point every call at another repository.
 _REPO_ENV = frozenset({"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
                        "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_PREFIX"})
 
 
-@dataclass(frozen=True)
-class GitResult:
-    argv: tuple[str, ...]
-    returncode: int | None  # None: killed at the timeout
-    stdout: str
-    stderr: str
-    seconds: float
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
-
-    @property
-    def timed_out(self) -> bool:
-        return self.returncode is None
-
-    def summary(self) -> str:
-        if self.timed_out:
-            text = self.stderr.strip()
-            tail = f": {text.splitlines()[-1].strip()}" if text else ""
-            return f"timed out after {self.seconds:.1f}s and was killed{tail}"
-        lines = [ln.strip() for ln in (self.stderr.strip() or self.stdout.strip()).splitlines()]
-        detail = " / ".join(ln for ln in lines[:4] if ln)
-        return f"exit {self.returncode}" + (f": {detail}" if detail else "")
+class GitResult(ProcessResult):
+    """What one git call did (``ok``: exit code 0)."""
 
 
 class GitError(ExternalError):
@@ -197,36 +174,10 @@ class GitRepo:
         A timeout kills git's whole process group and still returns its output."""
         argv = (self.binary, "--no-pager", "-c", "color.ui=false", "-c",
                 "commit.gpgSign=false", "-C", str(self.path), *args)
-        started = time.monotonic()
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, env=self._env(), start_new_session=True)
-        except FileNotFoundError:
-            raise ExternalError(f"{self.binary} not found; is git installed on this host?"
-                                ) from None
-        except OSError as exc:
-            raise ExternalError(f"cannot run {self.binary}: {exc.strerror}") from None
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), self.timeout)
-            code: int | None = proc.returncode
-        except TimeoutError:
-            out, err = await self._kill(proc)
-            code = None
-        except BaseException:  # cancelled: do not leave git (or a hook) running
-            await self._kill(proc)
-            raise
-        return GitResult(argv, code, out.decode(errors="replace"),
-                         err.decode(errors="replace"), time.monotonic() - started)
-
-    @staticmethod
-    async def _kill(proc: asyncio.subprocess.Process) -> tuple[bytes, bytes]:
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        try:
-            return await asyncio.wait_for(proc.communicate(), KILL_GRACE_S)
-        except TimeoutError:  # pragma: no cover - something outside the group holds a pipe
-            return b"", b""
+        outcome = await run_process(argv, time_limit=self.timeout, env=self._env(),
+                                    missing=f"{self.binary} not found; is git installed on "
+                                            "this host?")
+        return GitResult(argv, *outcome)
 
     async def check(self, *args: str, what: str | None = None) -> str:
         """Run git and return its stdout; any failure is a ``GitError`` naming the

@@ -8,45 +8,30 @@ empty stderr, because sacctmgr reports several refusals with exit code 0
 (docs/sacctmgr-notes.md §0).
 
 This uses asyncio subprocesses rather than ``sh`` (DESIGN §1 names ``sh``): a timeout
-here kills the process and still returns its output, and there is one less dependency.
+here kills the process group (sudo and its sacctmgr) and still returns its output, and
+there is one less dependency (`adapters/process.py`, shared with git).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import ExternalError
+from .process import ProcessResult, run_process
 
 DEFAULT_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
-class Result:
-    argv: tuple[str, ...]
-    returncode: int | None  # None: killed at the timeout
-    stdout: str
-    stderr: str
-    seconds: float
+class Result(ProcessResult):
+    """sacctmgr reports several refusals with exit code 0 and a message on stderr."""
 
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.stderr.strip()
-
-    @property
-    def timed_out(self) -> bool:
-        return self.returncode is None
-
-    def summary(self) -> str:
-        if self.timed_out:
-            return f"timed out after {self.seconds:.0f}s"
-        text = (self.stderr.strip() or self.stdout.strip()).splitlines()
-        detail = " / ".join(line.strip() for line in text[:3] if line.strip())
-        return f"exit {self.returncode}" + (f": {detail}" if detail else "")
 
 
 @dataclass
@@ -81,25 +66,10 @@ class SAcctMgr:
 
     async def run(self, args: Sequence[str], *, write: bool) -> Result:
         argv = self.argv(args, write=write)
-        started = time.monotonic()
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, env=self._env())
-        except FileNotFoundError:
-            raise ExternalError(f"{argv[0]} not found (needed for "
-                                f"{'--sudo' if self.sudo else 'sacctmgr'})") from None
-        except OSError as exc:
-            raise ExternalError(f"cannot run {argv[0]}: {exc.strerror}") from None
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), self.timeout)
-            code: int | None = proc.returncode
-        except TimeoutError:
-            proc.kill()
-            out, err = await proc.communicate()
-            code = None
-        return Result(tuple(argv), code, out.decode(errors="replace"),
-                      err.decode(errors="replace"), time.monotonic() - started)
+        missing = f"{argv[0]} not found (needed for {'--sudo' if self.sudo else 'sacctmgr'})"
+        outcome = await run_process(argv, time_limit=self.timeout, env=self._env(),
+                                    missing=missing)
+        return Result(tuple(argv), *outcome)
 
     async def read(self, args: Sequence[str]) -> str:
         """A read must succeed: a failed read means we do not know the actual state."""
