@@ -36,6 +36,7 @@ RUN apt-get update \
         --shell /usr/sbin/nologin cheeto \
  && install -d -o cheeto -g cheeto -m 0750 /var/lib/cheeto \
  && install -d -o cheeto -g cheeto -m 0700 /var/lib/cheeto/ssh \
+ && install -d -o cheeto -g cheeto -m 0700 /var/lib/cheeto/store \
  && install -d -m 0755 /etc/cheeto /etc/cheeto/ssh /run/cheeto
 # the app lives at the path it was built at (the venv's entry points point there)
 COPY --from=builder /app /app

@@ -115,7 +115,7 @@ async def main() -> None:
         config.write_text(config_text)
         try:
             store = await connect(mongo, autostart=False)
-            await store.client.drop_database(DATABASE)
+            await store.drop_database()
             await store.bind()
             progress(f"creating {opts.users} users on {store.description}")
             writes = await populate(store, opts.users)

@@ -52,11 +52,34 @@ class Block(BaseModel):
 
 
 class EmbeddedStoreConfig(Block):
-    """The embedded store: an nx-27017 server on SQLite files in ``path`` (a directory)."""
+    """The embedded store: an nx-27017 server on SQLite files in ``path`` (a directory).
+
+    ``listen: unix`` (the default) serves a Unix socket inside ``path`` (0700), so only
+    its owner can connect and the data directory is the server's identity. ``listen:
+    tcp`` (containers) serves ``host:port`` and requires a credential: ``token``, else
+    ``$CHEETO_STORE_TOKEN``, else ``token_file`` (default ``<path>/store.token``, made
+    0600 by the server on first start). ``lock_timeout_seconds`` bounds how long a
+    command waits for another client's transaction before it fails.
+    """
 
     path: UserPath = Field(default_factory=lambda: xdg_data_home() / "cheeto" / "store")
+    listen: Literal["unix", "tcp"] = "unix"
     host: str = "127.0.0.1"
     port: int = Field(default=27117, ge=1, le=65535)
+    token: SecretStr | None = None
+    token_file: UserPath | None = None
+    lock_timeout_seconds: float = Field(default=60.0, gt=0)
+
+    @field_validator("path")
+    @classmethod
+    def _directory(cls, value: Path) -> Path:
+        """A file here would only fail later, inside the server, as an internal error."""
+        for candidate in (value, *value.parents):  # the nearest existing one must be a dir
+            if candidate.exists():
+                if not candidate.is_dir():
+                    raise ValueError(f"{candidate} exists and is not a directory")
+                break
+        return value
 
 
 class MongoConfig(Block):
@@ -71,6 +94,14 @@ class MongoConfig(Block):
     tls_ca_file: UserPath | None = None
     timeout_seconds: float = Field(default=5.0, gt=0)
     embedded: EmbeddedStoreConfig = Field(default_factory=EmbeddedStoreConfig)
+
+    @field_validator("uri")
+    @classmethod
+    def _uri_shape(cls, value: str | None) -> str | None:
+        """The cheap shape check; ``store.connect`` reports what pymongo still refuses."""
+        if value is not None and not value.startswith(("mongodb://", "mongodb+srv://")):
+            raise ValueError("must start with mongodb:// or mongodb+srv://")
+        return value
 
     @property
     def is_embedded(self) -> bool:
@@ -112,6 +143,10 @@ class LDAPConfig(Block):
     ssh_user_prefix: bool = True
     # entries under user_base that a prune never deletes
     protected_users: list[str] = Field(default_factory=lambda: ["admin"])
+    # removals (entries, memberUid/member/sshPublicKey values) per site in any 24 hours,
+    # across runs (null: no budget); the per-run cap is --max-deletions
+    max_deletions_per_day: int | None = Field(default=200, ge=0)
+    lease_seconds: float = Field(default=60.0, ge=1)  # renewed while the run lives
 
     @field_validator("servers")
     @classmethod
@@ -224,8 +259,8 @@ class IAMConfig(HttpClientOptions):
     api_key: SecretStr
     api_key_header: str = Field(default="X-API-Key", pattern=r"^[A-Za-z0-9-]{1,64}$")
     api_version: str | None = "1.0"  # sent as v=<version>
-    grace_days: int = Field(default=1, ge=0)
-    expiry_offset_days: int = Field(default=30, ge=0)
+    grace_days: int = Field(default=1, ge=0, le=36500)  # a century: no date overflow
+    expiry_offset_days: int = Field(default=30, ge=0, le=36500)
     refresh: IAMRefresh = Field(default_factory=IAMRefresh)
 
 
@@ -354,6 +389,15 @@ class SlurmSyncTask(SiteTaskBlock):
     sacctmgr: str = Field(default="sacctmgr", min_length=1)  # name on PATH, or a path
 
 
+class UsageCollectTask(SiteTaskBlock):
+    """``cheeto.usage_collect``: read finished jobs from sacct into the usage ledger; runs
+    on the site's head node (queue ``slurm.<site>``)."""
+
+    sacct: str = Field(default="sacct", min_length=1)  # name on PATH, or a path
+    timeout_seconds: float = Field(default=300.0, gt=0)
+    notify: bool = True  # then send the quota threshold notices (needs the mail section)
+
+
 class LDAPSyncTask(SiteTaskBlock):
     """``cheeto.ldap_sync``: a whole-site LDAP sync (the ``ldap:`` section says where)."""
 
@@ -411,6 +455,7 @@ class DaemonTasks(Block):
     """One block per task; absent means disabled."""
 
     slurm_sync: SlurmSyncTask | None = None
+    usage_collect: UsageCollectTask | None = None
     ldap_sync: LDAPSyncTask | None = None
     sympa: SympaTask | None = None  # the sympa_export task
     puppet_sync: PuppetSyncTask | None = None
@@ -437,6 +482,8 @@ class DaemonConfig(Block):
     beat_schedule_filename: UserPath = Path("/var/lib/cheeto/celerybeat-schedule")
     task_time_limit: int = Field(default=3600, ge=10)
     result_expires: int = Field(default=86400, gt=0)
+    # Flower's basic auth, user:password[,user:password]; $FLOWER_BASIC_AUTH wins
+    flower_basic_auth: SecretStr | None = None
     tasks: DaemonTasks = Field(default_factory=DaemonTasks)
 
     @field_validator("tasks", mode="before")
@@ -480,15 +527,19 @@ def _url_path(value: str) -> str:
     return f"/{value}"
 
 
+# the API's only credential: long enough not to be guessed
+MIN_API_KEY_LENGTH = 32
+
+
 class ApiConfig(Block):
     """The REST API (``cheeto daemon api``).
 
-    Without ``api_key`` the API is open, so it refuses a non-loopback ``host`` unless
-    started with ``--insecure``. ``prefix`` is where the routes (and ``/healthz``,
-    ``/openapi.json``, ``/docs``) are mounted; ``root_path`` is the path a reverse proxy
-    strips before forwarding. ``tls_cert`` and ``tls_key`` (both or neither) serve HTTPS.
-    An export is computed at most once per ``cache_seconds`` per site and is at most twice
-    that old (0: never cached).
+    Without ``api_key`` (at least 32 characters) the API would be open, so
+    ``cheeto daemon api`` refuses to start unless given ``--insecure``. ``prefix`` is where
+    the routes (and ``/healthz``, ``/openapi.json``, ``/docs``) are mounted; ``root_path``
+    is the path a reverse proxy strips before forwarding. ``tls_cert`` and ``tls_key``
+    (both or neither) serve HTTPS. An export is computed at most once per
+    ``cache_seconds`` per site and is at most twice that old (0: never cached).
     """
 
     host: str = "127.0.0.1"
@@ -506,8 +557,9 @@ class ApiConfig(Block):
     @field_validator("api_key")
     @classmethod
     def _usable_key(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and not value.get_secret_value().strip():
-            raise ValueError("api_key is empty (leave it out for an open, loopback-only API)")
+        if value is not None and len(value.get_secret_value().strip()) < MIN_API_KEY_LENGTH:
+            raise ValueError(f"api_key is shorter than {MIN_API_KEY_LENGTH} characters "
+                             "(try: openssl rand -hex 24)")
         return value
 
     @model_validator(mode="after")
@@ -515,6 +567,47 @@ class ApiConfig(Block):
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together (set both or neither)")
         return self
+
+
+class SlurmConfig(Block):
+    """How the Slurm reconciler behaves at every site (``ng slurm sync``, the daemon)."""
+
+    # removals (accounts, associations, coordinators, QOS dropped from associations) per
+    # site in any 24 hours, across runs (null: no budget); the per-run cap is
+    # --max-deletions / the task's max_deletions
+    max_deletions_per_day: int | None = Field(default=200, ge=0)
+    lease_seconds: float = Field(default=60.0, ge=1)  # renewed while the apply lives
+    # users whose associations under the `root` account are left alone; any other user
+    # under root can run jobs, so the sync removes them (README "Slurm")
+    root_users: list[str] = Field(default_factory=lambda: ["root"])
+    # accounts made outside cheeto that the sync leaves alone (with their users); every
+    # other non-root account on the cluster is cheeto's, and one not in the store is deleted
+    unmanaged_accounts: list[str] = Field(default_factory=list)
+
+
+class UsageRate(Block):
+    """Prices per normalised hour (CPU-hours; GPU-hours after the GPU-type factors)."""
+
+    cpu_hour: float = Field(default=0.0, ge=0)
+    gpu_hour: float = Field(default=0.0, ge=0)
+
+
+class UsageConfig(Block):
+    """Usage accounting at every site (``ng usage …``, the ``usage_collect`` task)."""
+
+    overlap_minutes: float = Field(default=60.0, ge=0)  # each collect re-reads this much
+    currency: str = Field(default="USD", min_length=1, max_length=8)
+    # the optional rate card: site -> partition ('*': every other partition) -> prices
+    rates: dict[str, dict[str, UsageRate]] = Field(default_factory=dict)
+    # percent of a quota at which users (or an account's sponsors) get one notice
+    thresholds: list[int] = Field(default_factory=lambda: [75, 90, 100], max_length=10)
+
+    @field_validator("thresholds")
+    @classmethod
+    def _thresholds(cls, value: list[int]) -> list[int]:
+        if any(not 1 <= t <= 1000 for t in value):
+            raise ValueError("thresholds are percents between 1 and 1000")
+        return sorted(set(value))
 
 
 class Config(Block):
@@ -530,6 +623,8 @@ class Config(Block):
     ucdiam: IAMConfig | None = None
     mail: MailConfig | None = None
     alerts: AlertsConfig | None = None
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
+    usage: UsageConfig = Field(default_factory=UsageConfig)
 
 
 class _ConfigFile(BaseModel):
@@ -545,6 +640,8 @@ class _ConfigFile(BaseModel):
     ucdiam: IAMConfig | None = None
     mail: MailConfig | None = None
     alerts: AlertsConfig | None = None
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
+    usage: UsageConfig = Field(default_factory=UsageConfig)
 
 
 def resolve_config_path(explicit: str | os.PathLike[str] | None) -> tuple[Path, bool]:
@@ -568,12 +665,16 @@ def load_config(path: str | os.PathLike[str] | None = None, profile: str | None 
     if not file_path.exists():
         if must_exist:
             raise ConfigError(f"config file {file_path} does not exist")
+        if chosen != DEFAULT_PROFILE:
+            raise ConfigError(f"profile {chosen!r} is not defined: there is no config file "
+                              f"({file_path})")
         return Config(path=None, profile=chosen)
     raw = _read_yaml(file_path)
     try:
         parsed = _ConfigFile.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(f"config {file_path}: {describe_validation_error(exc)}") from None
+    _check_profile(parsed, chosen, file_path)
     picked: dict[str, Any] = {}
     for section in PROFILED_SECTIONS:
         blocks: dict[str, Any] = getattr(parsed, section)
@@ -581,7 +682,19 @@ def load_config(path: str | os.PathLike[str] | None = None, profile: str | None 
         if block is not None:
             picked[section] = block
     return Config(path=file_path, profile=chosen, hippo=parsed.hippo, ucdiam=parsed.ucdiam,
-                  mail=parsed.mail, alerts=parsed.alerts, **picked)
+                  mail=parsed.mail, alerts=parsed.alerts, slurm=parsed.slurm,
+                  usage=parsed.usage, **picked)
+
+
+def _check_profile(parsed: _ConfigFile, chosen: str, file_path: Path) -> None:
+    """A profile no section defines is a typo (``-p prod`` against a file without a
+    ``prod`` block), not a request for the defaults: one line naming the known ones.
+    Sections the profile does not define still fall back to ``default``."""
+    defined = {name for section in PROFILED_SECTIONS for name in getattr(parsed, section)}
+    if chosen != DEFAULT_PROFILE and chosen not in defined:
+        known = ", ".join(sorted(defined | {DEFAULT_PROFILE}))
+        raise ConfigError(f"profile {chosen!r} is not defined in {file_path} "
+                          f"(profiles: {known})")
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -603,7 +716,11 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-_URI_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@]*):(?P<pw>[^@/]*)@")
+# The password runs to the *last* ``@`` of the URI (of each ``;``-separated failover URI):
+# an unencoded ``@`` or ``/`` in a password must not leave its tail visible. Masking too
+# much (an ``@`` in a query string) is harmless; masking too little is a leak.
+_URI_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/;]*):(?P<pw>[^;]*)@",
+                           re.IGNORECASE)
 MASK = "********"
 
 
@@ -650,8 +767,22 @@ mongo:
     # tls_ca_file: /etc/ssl/certs/mongo-ca.pem
     embedded:
       # path: ~/.local/share/cheeto/store
-      host: 127.0.0.1
-      port: 27117
+      listen: unix            # a socket in path (owner only); tcp for containers
+      # host: 127.0.0.1       # tcp only, with a credential: token, $CHEETO_STORE_TOKEN
+      # port: 27117           # or token_file (default <path>/store.token)
+
+# slurm:                          # global: every site's Slurm sync
+#   max_deletions_per_day: 200    # rolling 24 h removal budget per site (null: none)
+#   lease_seconds: 60             # an apply's lease, renewed while it runs
+#   root_users: [root]            # users left alone under account root (others: removed)
+#   unmanaged_accounts: []        # accounts never touched (other unknown ones: deleted)
+
+# usage:                          # global: usage accounting (ng usage, usage_collect)
+#   overlap_minutes: 60           # each collect re-reads this much before the watermark
+#   thresholds: [75, 90, 100]     # quota notices (once per threshold per period)
+#   currency: USD
+#   rates:                        # optional rate card: site -> partition ('*': the rest)
+#     farm: {gpu: {cpu_hour: 0.01, gpu_hour: 0.5}, "*": {cpu_hour: 0.01}}
 
 # ldap:
 #   default:
@@ -674,6 +805,8 @@ mongo:
 #     # host_suffix: "${HOST_SUFFIX}"
 #     # ssh_user_prefix: true         # environment="REMOTE_SSH_USER=<user>" <key>
 #     # protected_users: [admin]      # never pruned
+#     # max_deletions_per_day: 200    # rolling 24 h removal budget per site (null: none)
+#     # lease_seconds: 60             # an applying run's lease, renewed while it runs
 
 # daemon:
 #   default:
@@ -686,6 +819,7 @@ mongo:
 #     # beat_schedule_filename: /var/lib/cheeto/celerybeat-schedule
 #     # task_time_limit: 3600         # hard limit of one run (soft: a little less)
 #     # result_expires: 86400         # celery_taskmeta rows are kept this long
+#     # flower_basic_auth: admin:secret   # Flower's login ($FLOWER_BASIC_AUTH wins)
 #     tasks:                          # absent, null or enabled: false = disabled
 #       # schedule: a number = every N seconds; a string = a 5-field crontab;
 #       # no schedule = only when enqueued (cheeto daemon enqueue TASK --site S)
@@ -697,6 +831,11 @@ mongo:
 #         # max_deletions: 50         # null: no cap
 #         # timeout_seconds: 60       # each sacctmgr call
 #         # sacctmgr: sacctmgr
+#       # usage_collect:             # sacct -> usage ledger, on queue slurm.<site>
+#       #   schedule: 900
+#       #   sacct: sacct
+#       #   timeout_seconds: 300
+#       #   notify: true              # then the quota notices (needs the mail section)
 #       ldap_sync:
 #         schedule: "*/15 * * * *"
 #         # full: false
@@ -716,9 +855,11 @@ mongo:
 
 # api:
 #   default:
-#     host: 127.0.0.1            # without api_key only loopback (unless --insecure)
+#     host: 127.0.0.1
 #     port: 8000
-#     api_key: change-me-to-a-long-random-string   # clients send it as X-API-Key
+#     # required (32+ characters; the API refuses to start without it unless --insecure);
+#     # clients send it as X-API-Key
+#     api_key: change-me-to-a-random-string-of-32-characters-or-more
 #     # prefix: /cheeto          # routes, /healthz and /openapi.json under /cheeto
 #     # root_path: /api          # the path a reverse proxy strips before forwarding
 #     # tls_cert: /etc/cheeto/tls/api.crt   # both or neither: serve HTTPS

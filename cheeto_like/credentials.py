@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from .errors import InvalidInput
+from .text import has_control
 
 SALT_BYTES = 16  # what crypt_gensalt uses for yescrypt
 SSH_KEY_TYPES = (
@@ -100,6 +101,9 @@ _KEY_SHAPES = {
 }
 
 
+SSH_KEY_MAX_LEN = 16 * 1024  # an RSA-16384 key is about 2.8 KB of base64
+
+
 def parse_ssh_key(text: str) -> SshPublicKey:
     """Validate one OpenSSH public key line (type, complete key data, optional comment).
 
@@ -110,6 +114,11 @@ def parse_ssh_key(text: str) -> SshPublicKey:
         raise InvalidInput("SSH key is empty")
     if "\n" in text.strip():
         raise InvalidInput("give one SSH key at a time")
+    if len(line) > SSH_KEY_MAX_LEN:
+        raise InvalidInput(f"SSH key is longer than {SSH_KEY_MAX_LEN} characters")
+    if has_control(line):
+        # A comment with terminal escapes would rewrite the screen of whoever lists keys.
+        raise InvalidInput("SSH key contains control characters")
     parts = line.split(" ", 2)
     key_type = parts[0]
     if key_type not in SSH_KEY_TYPES:

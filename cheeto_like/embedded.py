@@ -1,27 +1,41 @@
 """The embedded store: an nx-27017 server (MongoDB wire protocol on SQLite) we run ourselves.
 
 One data directory holds one SQLite file per database, the server's pid and log files,
-and the transaction lock file (see ``store.TransactionLock``). ``python -m
-cheeto_like.embedded ARGS`` runs the server with its per-command logging turned down,
-which is how both ``cheeto db serve`` and the background auto-start launch it.
+its identity (``instance.id``) and, by default, the Unix socket it listens on
+(``store.sock``). The directory is 0700 and its files 0600, so the data directory is
+both the server's identity and its access control: only its owner can reach the socket.
+TCP is opt-in (``embedded.listen: tcp``, for containers) and then needs a credential
+(``token_value``). ``python -m cheeto_like.embedded ARGS`` runs the server
+(``embedded_server.main``), which is how both ``cheeto db serve`` and the background
+auto-start launch it. This module is the client side: paths, start/stop, and the check
+that the server reached serves the data directory the config names.
 """
 
 from __future__ import annotations
 
-import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 from .config import EmbeddedStoreConfig
 from .errors import ExternalError
 
 START_TIMEOUT_S = 20.0
+SOCKET_NAME = "store.sock"
+IDENTITY_NAME = "instance.id"
+TOKEN_NAME = "store.token"
+TOKEN_ENV = "CHEETO_STORE_TOKEN"
+TOKEN_USER = "cheeto"
+IDENTITY_COMMAND = "cheetoIdentity"
+# sun_path is 108 bytes on Linux, including the terminating NUL
+MAX_SOCKET_PATH = 107
 
 
 def port_answers(host: str, port: int, timeout: float = 0.3) -> bool:
@@ -32,12 +46,50 @@ def port_answers(host: str, port: int, timeout: float = 0.3) -> bool:
         return False
 
 
+def socket_answers(path: Path, timeout: float = 0.3) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(str(path))
+            return True
+        except OSError:
+            return False
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a small file readable by its owner only (0600, whatever the umask)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.chmod(path, 0o600)
+
+
+def read_instance_id(data_dir: Path) -> str | None:
+    try:
+        return (data_dir / IDENTITY_NAME).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def ensure_instance_id(data_dir: Path) -> str:
+    """The data directory's identity, made once (the server calls this at start)."""
+    current = read_instance_id(data_dir)
+    if current is None:
+        current = secrets.token_hex(16)
+        write_private(data_dir / IDENTITY_NAME, current + "\n")
+    return current
+
+
 class EmbeddedServer:
     """Process management for one nx-27017 instance described by the config."""
 
     def __init__(self, config: EmbeddedStoreConfig) -> None:
         self.config = config
         self.data_dir = Path(config.path)
+
+    @property
+    def transport(self) -> str:
+        return self.config.listen
 
     @property
     def host(self) -> str:
@@ -48,8 +100,50 @@ class EmbeddedServer:
         return self.config.port
 
     @property
+    def socket_path(self) -> Path:
+        return self.data_dir / SOCKET_NAME
+
+    @property
+    def address(self) -> str:
+        """Where the server listens, for messages and ``db status``."""
+        if self.transport == "unix":
+            return f"unix:{self.socket_path}"
+        return f"tcp:{self.host}:{self.port}"
+
+    @property
     def uri(self) -> str:
+        if self.transport == "unix":
+            return f"mongodb://{quote(str(self.socket_path), safe='')}/?directConnection=true"
         return f"mongodb://{self.host}:{self.port}/?directConnection=true"
+
+    @property
+    def token_path(self) -> Path:
+        return Path(self.config.token_file) if self.config.token_file else (
+            self.data_dir / TOKEN_NAME)
+
+    def token_value(self) -> str | None:
+        """The TCP credential: config ``token``, else ``$CHEETO_STORE_TOKEN``, else the
+        token file (None when there is none yet)."""
+        if self.config.token is not None:
+            return self.config.token.get_secret_value()
+        if env := os.environ.get(TOKEN_ENV):
+            return env
+        try:
+            return self.token_path.read_text().strip() or None
+        except OSError:
+            return None
+
+    def client_options(self) -> dict[str, Any]:
+        """pymongo keyword arguments that authenticate to this server (TCP only): SASL
+        PLAIN with the token as password, which pymongo repeats on every pooled
+        connection. Passed as options, never in the URI."""
+        if self.transport != "tcp":
+            return {}
+        token = self.token_value()
+        if token is None:
+            return {}
+        return {"username": TOKEN_USER, "password": token, "authMechanism": "PLAIN",
+                "authSource": "$external"}
 
     @property
     def lock_path(self) -> Path:
@@ -63,7 +157,15 @@ class EmbeddedServer:
     def log_path(self) -> Path:
         return self.data_dir / "server.log"
 
+    def check_socket_path(self) -> None:
+        if self.transport == "unix" and len(os.fsencode(self.socket_path)) > MAX_SOCKET_PATH:
+            raise ExternalError(f"the embedded store's socket path {self.socket_path} is longer "
+                                f"than {MAX_SOCKET_PATH} bytes; use a shorter embedded.path "
+                                "(or embedded.listen: tcp)")
+
     def is_up(self) -> bool:
+        if self.transport == "unix":
+            return socket_answers(self.socket_path)
         return port_answers(self.host, self.port)
 
     def pid(self) -> int | None:
@@ -86,35 +188,58 @@ class EmbeddedServer:
         return pid
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "cheeto_like.embedded",
-                "--data-dir", str(self.data_dir), "--host", self.host, "-p", str(self.port),
-                "--log-file", str(self.log_path), "--pid-file", str(self.data_dir / "nx.pid")]
+        cmd = [sys.executable, "-m", "cheeto_like.embedded",
+               "--data-dir", str(self.data_dir), "--listen", self.transport,
+               "--host", self.host, "-p", str(self.port),
+               "--lock-timeout", str(self.config.lock_timeout_seconds),
+               "--log-file", str(self.log_path), "--pid-file", str(self.data_dir / "nx.pid")]
+        if self.config.token_file:
+            cmd += ["--token-file", str(self.config.token_file)]
+        return cmd
+
+    def token_env(self) -> dict[str, str]:
+        """A token from the config reaches the server through its environment, never
+        argv (other local users can read a process's argv)."""
+        if self.config.token is None:
+            return {}
+        return {TOKEN_ENV: self.config.token.get_secret_value()}
+
+    def server_env(self) -> dict[str, str]:
+        return {**os.environ, **self.token_env()}
+
+    def prepare_dir(self) -> None:
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.check_socket_path()
 
     def start_background(self) -> int:
         """Start the server detached from this process; return its pid once it listens."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
+        self.prepare_dir()
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "ab") as log:
             proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=log, start_new_session=True, close_fds=True)
-        self.pid_path.write_text(f"{proc.pid}\n")
+                                    stderr=log, start_new_session=True, close_fds=True,
+                                    env=self.server_env())
+        write_private(self.pid_path, f"{proc.pid}\n")
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.is_up():
                 return proc.pid
             if proc.poll() is not None:
+                if self.is_up():  # another client's start won the race
+                    return self.pid() or proc.pid
                 raise ExternalError(f"embedded store exited with code {proc.returncode}; "
                                     f"last log lines: {self.log_tail()}")
             time.sleep(0.05)
         proc.kill()
-        raise ExternalError(f"embedded store did not listen on {self.host}:{self.port} within "
+        raise ExternalError(f"embedded store did not listen on {self.address} within "
                             f"{START_TIMEOUT_S:.0f}s; last log lines: {self.log_tail()}")
 
     def serve_foreground(self) -> None:
         """Replace this process with the server (``cheeto db serve``)."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.pid_path.write_text(f"{os.getpid()}\n")
+        self.prepare_dir()
+        write_private(self.pid_path, f"{os.getpid()}\n")
         cmd = self.command()
-        os.execv(cmd[0], cmd)
+        os.execve(cmd[0], cmd, self.server_env())
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Stop the server we started; False when none of ours was running."""
@@ -137,33 +262,28 @@ class EmbeddedServer:
             return "(no log)"
         return " | ".join(text[-lines:]) or "(empty log)"
 
+    def check_identity(self, reply: dict[str, Any]) -> None:
+        """Refuse a server that does not serve our data directory (one line, both paths).
 
-EXIT_GRACE_S = 5.0
-
-
-def _exit_on_signal(signum: int, frame: object) -> None:
-    """Leave cleanly, but never hang: nx-27017's own handler raises SystemExit, which a
-    busy shutdown (seen under load) can swallow or stall, leaving a server that ignores
-    SIGTERM. After a grace period the process exits regardless; SQLite keeps every
-    committed transaction (WAL), and nothing uncommitted was promised to a client."""
-    timer = threading.Timer(EXIT_GRACE_S, os._exit, args=(0,))
-    timer.daemon = True
-    timer.start()
-    sys.exit(0)
-
-
-def _serve(argv: list[str]) -> None:
-    """Run nx-27017 with its per-command INFO logging silenced (it costs throughput) and
-    a SIGTERM/SIGINT handler that cannot hang."""
-    import nx_27017.daemon as nx_daemon
-    from nx_27017.nx_27017 import main as nx_main
-
-    for name in ("nx_27017", "neosqlite"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    nx_daemon._signal_exit_handler = _exit_on_signal  # installed by its run_foreground
-    sys.argv = ["nx-27017", *argv]
-    nx_main()
+        Over TCP another home's server may answer on the configured port; over a Unix
+        socket the check is cheap insurance. The instance id is compared when this
+        machine can read the data directory (a client in another container cannot).
+        """
+        theirs = str(reply.get("dataDir", "?"))
+        ours = os.path.realpath(self.data_dir)
+        mine = read_instance_id(self.data_dir)
+        if theirs != ours or (mine is not None and reply.get("instanceId") != mine):
+            raise ExternalError(f"the embedded store at {self.address} serves {theirs}, not "
+                                f"this config's data directory {ours}; refusing to use it "
+                                "(give each data directory its own port, or use the default "
+                                "listen: unix)")
+        if not reply.get("authenticated", False):
+            raise ExternalError(f"the embedded store at {self.address} needs a credential: "
+                                f"set embedded.token, ${TOKEN_ENV} or the token file "
+                                f"{self.token_path}")
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1:])
+    from .embedded_server import main
+
+    main(sys.argv[1:])

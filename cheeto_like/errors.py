@@ -62,6 +62,16 @@ class GuardTripped(CheetoError):
         self.would_delete = list(would_delete)
 
 
+class Busy(CheetoError):
+    """Another run holds the lease this one needs (a sync of the same target and site).
+
+    Exit 1, not 2: the request is fine, it just cannot run now; retry once the holder
+    ends (or its lease expires, within a minute of it dying)."""
+
+    exit_code = 1
+    http_status = 409
+
+
 class ExternalError(CheetoError):
     """An outside system (store, sacctmgr, LDAP, HTTP API) failed."""
 

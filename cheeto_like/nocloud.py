@@ -29,7 +29,8 @@ from typing import Any
 
 import jinja2
 
-from .errors import ExternalError, InvalidInput
+from .errors import InvalidInput
+from .files import output_file_error
 from .models.fields import FQDN_RE
 from .puppet.merge import deep_merge
 from .puppet.yamlio import load_file
@@ -155,7 +156,7 @@ def render_site(site_dir: Path, *, authorized_keys: Path = DEFAULT_AUTHORIZED_KE
     for path in templates:
         hostname = path.name.removesuffix(".j2")
         name = f"hosts/{path.name}"
-        if not FQDN_RE.match(hostname):
+        if not FQDN_RE.fullmatch(hostname):
             raise InvalidInput(f"{site_dir / name}: {hostname!r} is not a valid host name")
         try:
             text = env.get_template(name).render(
@@ -186,8 +187,7 @@ def write_hosts(hosts: Sequence[RenderedHost], output_dir: Path) -> list[Path]:
             _write(target / "user-data", host.user_data)
             written.append(target)
     except OSError as exc:
-        where = exc.filename or output_dir
-        raise ExternalError(f"cannot write {where}: {exc.strerror}") from None
+        raise output_file_error(exc.filename or output_dir, exc) from None
     return written
 
 

@@ -1,8 +1,9 @@
 """Connect to the store (a MongoDB replica set or the embedded store) and bind beanie.
 
-The code never branches on which store it talks to, with one exception kept here: the
-embedded store's transactions are not isolated (an abort can undo another client's
-commit), so on it every transaction holds a cross-process file lock (DESIGN §5).
+The code never branches on which store it talks to, with one exception kept here: on
+the embedded store, whose server runs one transaction at a time (``embedded_server``),
+transactions also take a cross-process file lock, so that waiting happens in the clients
+rather than on the server (DESIGN §5). Correctness does not rest on that lock.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -24,10 +26,12 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
+from . import store_files
 from .config import MongoConfig
-from .embedded import EmbeddedServer
-from .errors import ExternalError
+from .embedded import IDENTITY_COMMAND, TOKEN_ENV, EmbeddedServer
+from .errors import ConfigError, ExternalError
 from .models import ALL_MODELS
+from .models.names import ensure_registry
 
 LOCK_TIMEOUT_S = 120.0
 
@@ -35,8 +39,11 @@ LOCK_TIMEOUT_S = 120.0
 class TransactionLock:
     """Serialises transactions across coroutines (asyncio.Lock) and processes (flock).
 
-    flock locks belong to an open file description, so every acquisition opens the file
-    afresh; polling with LOCK_NB keeps the event loop free while another process holds it.
+    A fast path only: the embedded server serialises transactions itself and rolls back
+    those of clients that go away. flock locks belong to an open file description, so
+    every acquisition opens the file afresh; polling with LOCK_NB keeps the event loop
+    free while another process holds it. A client that does not share the data directory
+    (a container reaching the store over TCP) has no file to lock and skips it.
     """
 
     def __init__(self, path: Path) -> None:
@@ -48,7 +55,11 @@ class TransactionLock:
         if self._local is None:
             self._local = asyncio.Lock()
         async with self._local:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            except (FileNotFoundError, PermissionError):
+                yield
+                return
             try:
                 deadline = time.monotonic() + LOCK_TIMEOUT_S
                 delay = 0.001
@@ -76,6 +87,9 @@ class Store:
     description: str
     lock: TransactionLock | None = None
     notes: list[str] = field(default_factory=list)
+    # Embedded store only: re-checks the database file before every session
+    # (``store_files.FileGuard``), so a file deleted under the server refuses writes.
+    file_guard: store_files.FileGuard | None = None
 
     @property
     def is_embedded(self) -> bool:
@@ -93,6 +107,8 @@ class Store:
     @asynccontextmanager
     async def session(self, *, transaction: bool) -> AsyncIterator[AsyncClientSession]:
         """A session, optionally inside a transaction that commits on success."""
+        if self.file_guard is not None:
+            self.file_guard()
         async with self.exclusive(), self.client.start_session() as session:
             if not transaction:
                 yield session
@@ -111,12 +127,20 @@ class Store:
         await init_beanie(database=self.database, document_models=list(ALL_MODELS),
                           skip_indexes=not create_indexes)
 
+    async def drop_database(self) -> None:
+        """Drop this store's database on purpose (tests, benchmarks). On the embedded
+        store that deletes its file, so the file's record is dropped with it and the
+        next file is adopted instead of refused as a replacement."""
+        await self.client.drop_database(self.database.name)
+        if self.file_guard is not None:
+            self.file_guard.dropped()
+
     async def close(self) -> None:
         await self.client.close()
 
 
-def client_for(config: MongoConfig, uri: str,
-               listeners: list[Any] | None = None) -> AsyncMongoClient[dict[str, Any]]:
+def client_for(config: MongoConfig, uri: str, listeners: list[Any] | None = None,
+               extra: dict[str, Any] | None = None) -> AsyncMongoClient[dict[str, Any]]:
     kwargs: dict[str, Any] = {
         "tz_aware": True,
         "tzinfo": UTC,
@@ -136,6 +160,7 @@ def client_for(config: MongoConfig, uri: str,
             kwargs["tls"] = True
         if config.tls_ca_file:
             kwargs["tlsCAFile"] = str(config.tls_ca_file)
+    kwargs.update(extra or {})
     return AsyncMongoClient(uri, **kwargs)
 
 
@@ -151,37 +176,113 @@ async def connect(config: MongoConfig, *, autostart: bool = True, database: str 
 
     lock: TransactionLock | None = None
     notes: list[str] = []
+    checked: store_files.Checked | None = None
     if config.is_embedded:
         server = EmbeddedServer(config.embedded)
-        if not server.is_up():
+        up = server.is_up()
+        checked = store_files.check_before_connect(server.data_dir, database or config.database,
+                                                   server_up=up)
+        if not up:
             if not autostart:
-                raise ExternalError(f"the embedded store is not running on {server.host}:"
-                                    f"{server.port} (start it with `cheeto db serve`)")
+                raise ExternalError(f"the embedded store is not running on {server.address}"
+                                    " (start it with `cheeto db serve`)")
             pid = await asyncio.to_thread(server.start_background)
             note = (f"started the embedded store in the background (pid {pid}, "
-                    f"data {server.data_dir}, port {server.port})")
+                    f"data {server.data_dir}, {server.address})")
             notes.append(note)
             if notify is not None:
                 notify(note)
         uri = server.uri
         lock = TransactionLock(server.lock_path)
-        description = f"embedded store {server.host}:{server.port} ({server.data_dir})"
+        description = f"embedded store {server.address} ({server.data_dir})"
     else:
         assert config.uri is not None
         uri = config.uri
         description = f"MongoDB {mask_uri(uri)}"
     db_name = database or config.database
-    client = client_for(config, uri, listeners)
     try:
-        await client.admin.command("ping")
+        client = client_for(config, uri, listeners,
+                            server.client_options() if config.is_embedded else None)
+    except (PyMongoError, ValueError, TypeError) as exc:  # InvalidURI, bad URI options
+        raise ConfigError(f"mongo.uri: {_first_line(exc)}") from None
+    try:
+        if config.is_embedded:
+            await verify_embedded(client, server, config)
+        else:
+            await client.admin.command("ping")
     except PyMongoError as exc:
         await client.close()
-        raise ExternalError(f"cannot reach {description}: {_first_line(exc)}",
+        raise ExternalError(f"cannot reach {description}: {_reach_problem(exc)}",
                             transient=True) from None
+    except ExternalError:
+        await client.close()
+        raise
     store = Store(client=client, database=client[db_name],
                   description=f"{description} db={db_name}", lock=lock, notes=notes)
-    await store.bind(create_indexes=create_indexes)
+    try:
+        await store.bind(create_indexes=create_indexes)
+        if create_indexes:  # a writer's connect: migrate a store from before the registry
+            await ensure_registry(store.database)
+    except PyMongoError as exc:
+        await client.close()
+        raise _bind_error(store, checked, exc) from None
+    if checked is not None:
+        store.file_guard, created = store_files.after_connect(checked)
+        if created is not None:
+            notes.append(created)
+            if notify is not None:
+                notify(created)
     return store
+
+
+async def verify_embedded(client: AsyncMongoClient[dict[str, Any]], server: EmbeddedServer,
+                          config: MongoConfig) -> None:
+    """Ask the server which data directory it serves and refuse one that is not ours
+    (this replaces the ping). A TCP credential that does not fit is told apart from a
+    server of another data directory by asking again without one (the identity
+    command needs no authentication)."""
+    from pymongo.errors import OperationFailure
+
+    try:
+        reply = await client.admin.command(IDENTITY_COMMAND)
+    except OperationFailure as exc:
+        if exc.code != 18:  # AuthenticationFailed
+            raise
+        probe = client_for(config, server.uri)
+        try:
+            server.check_identity(await probe.admin.command(IDENTITY_COMMAND))
+        finally:
+            await probe.close()
+        raise ExternalError(f"the embedded store at {server.address} refused this config's "
+                            f"credential (embedded.token, ${TOKEN_ENV} or "
+                            f"{server.token_path})") from None
+    server.check_identity(reply)
+
+
+def _bind_error(store: Store, checked: store_files.Checked | None,
+                exc: PyMongoError) -> ExternalError:
+    """One line for a store that answers but cannot serve the database (a file damaged
+    after the connect-time check shows up here as "file is not a database")."""
+    if checked is not None:
+        path = store_files.database_file(checked.data_dir, checked.database)
+        if (problem := store_files.header_problem(path)) is not None:
+            return store_files.damage_error(path, problem)
+        return ExternalError(f"{store.description}: {path}: {_first_line(exc)}")
+    return ExternalError(f"{store.description}: {_first_line(exc)}")
+
+
+_REACH_NOISE = re.compile(r" \(configured timeouts: [^)]*\)")
+REACH_PROBLEM_MAX = 200
+
+
+def _reach_problem(exc: BaseException) -> str:
+    """The host and cause of a failed ping, without pymongo's topology dump (hundreds of
+    characters of server descriptions after ``, Timeout:``)."""
+    text = _first_line(exc).split(", Timeout: ")[0]
+    text = _REACH_NOISE.sub("", text)
+    if len(text) > REACH_PROBLEM_MAX:
+        text = text[:REACH_PROBLEM_MAX - 1] + "…"
+    return text
 
 
 def _first_line(exc: BaseException) -> str:

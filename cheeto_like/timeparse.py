@@ -46,23 +46,35 @@ def parse_when(text: str, *, now: datetime | None = None) -> datetime | _Clear:
     if value.lower() in ("clear", "none", "null"):
         return CLEAR
     now = now or datetime.now(UTC)
-    if m := _RELATIVE.match(value):
-        n, unit = int(m["n"]) * (1 if m["sign"] == "+" else -1), m["unit"].lower()
-        if unit.startswith("y"):
-            return _add_months(now, 12 * n)
-        if unit.startswith("mo"):
-            return _add_months(now, n)
-        if unit.startswith("w"):
-            return now + timedelta(weeks=n)
-        if unit.startswith("d"):
-            return now + timedelta(days=n)
-        if unit.startswith("h"):
-            return now + timedelta(hours=n)
-        return now + timedelta(minutes=n)
+    if m := _RELATIVE.fullmatch(value):
+        try:
+            return _relative(now, m)
+        except (OverflowError, ValueError):  # past year 9999 (or before year 1)
+            raise InvalidInput(f"time {text!r} is out of range (years 1 to 9999)") from None
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         raise InvalidInput(f"cannot read time {text!r}: use ISO 8601 (2026-12-31 or "
                            "2026-12-31T17:00), a relative +30d/+6mo/+1y/+2w/+12h/+5min, "
                            "or 'clear'") from None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    try:
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except (OverflowError, ValueError):  # e.g. 0001-01-01T00:00+01:00 is before year 1 in UTC
+        raise InvalidInput(f"time {text!r} is out of range (years 1 to 9999)") from None
+
+
+def _relative(now: datetime, m: re.Match[str]) -> datetime:
+    if len(m["n"]) > 12:  # more than any calendar holds; also keeps int() cheap
+        raise OverflowError(m["n"])
+    n, unit = int(m["n"]) * (1 if m["sign"] == "+" else -1), m["unit"].lower()
+    if unit.startswith("y"):
+        return _add_months(now, 12 * n)
+    if unit.startswith("mo"):
+        return _add_months(now, n)
+    if unit.startswith("w"):
+        return now + timedelta(weeks=n)
+    if unit.startswith("d"):
+        return now + timedelta(days=n)
+    if unit.startswith("h"):
+        return now + timedelta(hours=n)
+    return now + timedelta(minutes=n)

@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .errors import InvalidInput
+
 
 def _location(loc: tuple[Any, ...]) -> str:
     return ".".join(str(part) for part in loc if not str(part).startswith("function-"))
@@ -34,3 +36,10 @@ def describe_validation_error(exc: ValidationError) -> str:
     if len(errors) > 1:
         text += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
     return text
+
+
+def require_limit(limit: int | None) -> None:
+    """A result limit is a positive count; ``None`` means no limit. (Zero or a negative
+    number would be read by the store as "no limit" or "one batch", never what was meant.)"""
+    if limit is not None and (isinstance(limit, bool) or limit < 1):
+        raise InvalidInput(f"limit must be at least 1, not {limit}")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages that the test-service harness (tests/services) needs:
-# Slurm accounting (munge + MariaDB + slurmdbd + sacctmgr), OpenLDAP (slapd + client tools),
+# Slurm accounting (munge + MariaDB + slurmdbd + sacctmgr) and a one-node cluster
+# (slurmctld + slurmd, for live job tests), OpenLDAP (slapd + client tools),
 # the headers to build the `bonsai` LDAP client from its sdist, RabbitMQ and git, plus
 # ssh-keygen and openssl (the container entrypoint and API TLS tests make keys).
 #
@@ -13,6 +14,8 @@ set -euo pipefail
 # package -> file whose presence shows that the package is usable
 declare -A PROBE=(
   [slurmdbd]=cmd:slurmdbd
+  [slurmctld]=cmd:slurmctld
+  [slurmd]=cmd:slurmd
   [slurm-client]=cmd:sacctmgr
   [munge]=cmd:munged
   [mariadb-server]=cmd:mariadbd
@@ -28,7 +31,7 @@ declare -A PROBE=(
   [openssl]=cmd:openssl
 )
 # Install order is fixed so the apt command line is stable and readable.
-ORDER=(slurmdbd slurm-client munge mariadb-server mariadb-client slapd ldap-utils
+ORDER=(slurmdbd slurmctld slurmd slurm-client munge mariadb-server mariadb-client slapd ldap-utils
        libldap-dev libsasl2-dev gcc rabbitmq-server git openssh-client openssl)
 
 present() {  # $1: probe spec "cmd:NAME" or "file:PATH"

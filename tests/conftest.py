@@ -1,8 +1,8 @@
 """Session-wide fixtures: one store server per session, one database per test module.
 
-By default the store is the embedded nx-27017 server, started once per session on a free
-port. Set ``CHEETO_TEST_MONGO_URI`` (a replica set URI) to run the same suite on a real
-MongoDB instead.
+By default the store is the embedded nx-27017 server, started once per session on its
+default transport (a Unix socket in its data directory). Set ``CHEETO_TEST_MONGO_URI``
+(a replica set URI) to run the same suite on a real MongoDB instead.
 
 The session never sees the user's own config or data: ``XDG_CONFIG_HOME``,
 ``XDG_DATA_HOME``, ``XDG_STATE_HOME`` and ``XDG_CACHE_HOME`` point into a throwaway
@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from ruamel.yaml import YAML
 from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
 from cheeto_like.constants import ACCESS_GROUP_NAMES, SPECIAL_GID_START, STATUS_GROUP_NAMES
 from cheeto_like.embedded import EmbeddedServer
-from cheeto_like.models import ALL_MODELS, Group
+from cheeto_like.models import ALL_MODELS, Group, NameClaim
 from cheeto_like.store import Store, connect
 
 ISOLATED_HOME = Path(tempfile.mkdtemp(prefix="cheeto-test-xdg-"))
@@ -58,12 +57,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(ISOLATED_HOME, ignore_errors=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def mongo_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MongoConfig]:
     """The store every test talks to: a real MongoDB via CHEETO_TEST_MONGO_URI, or a
@@ -71,7 +64,7 @@ def mongo_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MongoConf
     if uri := os.environ.get("CHEETO_TEST_MONGO_URI"):
         yield MongoConfig(uri=uri)
         return
-    embedded = EmbeddedStoreConfig(path=tmp_path_factory.mktemp("store"), port=_free_port())
+    embedded = EmbeddedStoreConfig(path=tmp_path_factory.mktemp("store"))
     server = EmbeddedServer(embedded)
     server.start_background()
     try:
@@ -90,7 +83,7 @@ async def store(mongo_config: MongoConfig, request: pytest.FixtureRequest) -> As
     """This module's own database, empty, with every index in place."""
     name = module_database(request)
     connected = await connect(mongo_config, database=name, autostart=False, create_indexes=False)
-    await connected.client.drop_database(name)
+    await connected.drop_database()
     await connected.bind()
     try:
         yield connected
@@ -99,11 +92,13 @@ async def store(mongo_config: MongoConfig, request: pytest.FixtureRequest) -> As
 
 
 async def seed_access_status(gid_start: int = SPECIAL_GID_START) -> None:
-    """Insert the standard access and status groups directly (no History row)."""
+    """Insert the standard access and status groups directly (no History row), with
+    their name-registry rows."""
     gid = gid_start
     for kind, names in (("access", ACCESS_GROUP_NAMES), ("status", STATUS_GROUP_NAMES)):
         for shorthand, name in names.items():
             await Group(name=name, gid=gid, type=kind, shorthand=shorthand).insert()
+            await NameClaim(name=name, kind="group").insert()  # as the seeding operation does
             gid += 1
 
 

@@ -40,7 +40,7 @@ daemon:
     sites: [farm]
 api:
   default:
-    api_key: api-s3cret
+    api_key: api-s3cret-0123456789abcdefghijklmnop
 hippo:
   base_url: https://hippo.example.org
   api_key: hippo-s3cret
@@ -84,7 +84,7 @@ def test_default_profile(tmp_path):
     assert config.mongo.embedded.path == tmp_path / "home" / "store"  # ~ expanded
     assert config.ldap.searchbase == "dc=hpc,dc=example,dc=org"
     assert config.daemon is None  # only a prod block, no default
-    assert config.api.api_key.get_secret_value() == "api-s3cret"
+    assert config.api.api_key.get_secret_value() == "api-s3cret-0123456789abcdefghijklmnop"
     assert config.hippo.site_aliases == {"caesfarm": "farm"}
     assert config.ucdiam is None
 
@@ -98,10 +98,17 @@ def test_named_profile_with_fallback_per_section(tmp_path):
     assert config.hippo.base_url == "https://hippo.example.org"  # global
 
 
-def test_unknown_profile_falls_back_to_default(tmp_path):
-    config = load_config(write(tmp_path, FULL), "staging")
-    assert config.profile == "staging"
-    assert config.mongo.database == "cheeto"
+def test_unknown_profile_is_an_error_naming_the_known_ones(tmp_path, monkeypatch):
+    path = write(tmp_path, FULL)
+    assert one_line_error(path, "staging") == (
+        f"profile 'staging' is not defined in {path} (profiles: default, prod)")
+    monkeypatch.setenv("CHEETO_PROFILE", "staging")
+    assert "profile 'staging' is not defined" in one_line_error(path)
+
+
+def test_a_profile_without_a_config_file_is_an_error():
+    assert "profile 'prod' is not defined: there is no config file" in \
+        one_line_error(None, "prod")
 
 
 def test_empty_file_gives_defaults(tmp_path):
@@ -235,6 +242,24 @@ def test_display_keeps_the_rest_readable(tmp_path):
     ("mongodb://h1,h2/?replicaSet=rs0", "mongodb://h1,h2/?replicaSet=rs0"),
     ("mongodb://user@h/", "mongodb://user@h/"),
     ("amqp://guest:guest@127.0.0.1:5672//", f"amqp://guest:{MASK}@127.0.0.1:5672//"),
+    # an unencoded @ (or /) in the password: all of it is hidden, not just its head
+    ("amqp://cheeto:p@ss@word@broker:5672//", f"amqp://cheeto:{MASK}@broker:5672//"),
+    ("amqp://cheeto:a/b@c@broker//", f"amqp://cheeto:{MASK}@broker//"),
+    ("mongodb://alice@corp:s3@cr@h/db", f"mongodb://alice@corp:{MASK}@h/db"),
+    ("mongodb://user@h:27017/db", "mongodb://user@h:27017/db"),
+    ("amqp://u:x@y@h1//;amqp://u:x@y@h2//", f"amqp://u:{MASK}@h1//;amqp://u:{MASK}@h2//"),
+    ("AMQPS://u:p@q@h//", f"AMQPS://u:{MASK}@h//"),
 ])
 def test_mask_uri(uri, shown):
     assert mask_uri(uri) == shown
+
+
+def test_slurm_root_users_and_unmanaged_accounts(tmp_path):
+    """What the Slurm sync leaves alone on a cluster (issue 11, items 3 and 7)."""
+    assert load_config(write(tmp_path, "mongo: {}\n")).slurm.root_users == ["root"]
+    config = load_config(write(tmp_path, "slurm:\n  root_users: [root, slurmadm]\n"
+                                         "  unmanaged_accounts: [Ext]\n"))
+    assert config.slurm.root_users == ["root", "slurmadm"]
+    from cheeto_like.sync.slurm_actual import Policy
+    policy = Policy.of(config.slurm.root_users, config.slurm.unmanaged_accounts)
+    assert policy.unmanaged_accounts == frozenset({"ext"})  # slurmdbd lowercases names

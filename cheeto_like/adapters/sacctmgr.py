@@ -23,6 +23,7 @@ from ..errors import ExternalError
 from .process import ProcessResult, run_process
 
 DEFAULT_TIMEOUT_S = 60.0
+JOBS_ACTIVE = "job(s) active"  # slurmdbd's refusal to remove what running jobs use
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,12 @@ class Result(ProcessResult):
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.stderr.strip()
+
+    @property
+    def jobs_active(self) -> bool:
+        """slurmdbd refused a removal because the association still has running jobs
+        (docs/sacctmgr-notes.md): not a failure, it succeeds on a later run."""
+        return not self.ok and JOBS_ACTIVE in f"{self.stdout}\n{self.stderr}".lower()
 
 
 @dataclass

@@ -1,34 +1,20 @@
-"""The ``cheeto`` command line. ``main`` is the console-script entry point."""
+"""The ``cheeto`` command line. ``main`` is the console-script entry point.
+
+Nothing heavy is imported here or in ``app``: the command tree comes from the static
+table in ``registry.py`` and each command's module is imported when it runs.
+"""
 
 from __future__ import annotations
 
-_LOADED = False
-
 
 def load_commands() -> None:
-    """Import every command module once, which registers its commands on the tree."""
-    global _LOADED
-    if _LOADED:
-        return
-    # daemon_serve adds to the node cli/daemon.py creates: keep it after daemon
-    from . import config, daemon, daemon_serve, db, nocloud, puppet  # noqa: F401
-    from .ng import (  # noqa: F401
-        alerts,
-        export,
-        group,
-        hippo,
-        history,
-        iam,
-        ldap,
-        site,
-        slurm,
-        slurm_sync,
-        storage,
-        user,
-        user_iam,
-    )
+    """Import every command module the table names (tests that walk the whole tree)."""
+    import importlib
 
-    _LOADED = True
+    from .registry import NODES
+
+    for module in dict.fromkeys(n.module for n in NODES if n.module is not None):
+        importlib.import_module(f"{__name__}.{module}")
 
 
 def main(argv: list[str] | None = None, **streams) -> int:  # type: ignore[no-untyped-def]

@@ -34,6 +34,15 @@ def force(parser: Parser, help: str = "do not ask for confirmation") -> None:
     parser.add_argument("--force", "-f", action="store_true", help=help)
 
 
+TIME_FORMATS = ("ISO 8601 (2026-12-31, 2026-12-31T17:00; UTC unless it has an offset) or "
+                "relative to now (+30d, -7d, +6mo, +1y, +2w, +12h, +5min)")
+
+
+def when_help(what: str, *, clear: bool = False) -> str:
+    """The help of a time option: what it sets and every format it accepts."""
+    return f"{what}: {TIME_FORMATS}" + ("; 'clear' removes it" if clear else "")
+
+
 def when(text: str | None) -> datetime | _Clear | None:
     """Parse an optional time flag (ISO 8601, +30d, clear)."""
     return None if text is None else parse_when(text)

@@ -6,9 +6,11 @@ import argparse
 from pathlib import Path
 
 from ..config import SKELETON, config_for_display, default_config_path
-from ..errors import AlreadyExists, ExternalError
+from ..errors import AlreadyExists
+from ..files import output_file_error
 from . import args as a
 from .app import command, group_help
+from .output import esc
 
 group_help("config", help="show or write the configuration")
 
@@ -36,8 +38,8 @@ def config_write(args: argparse.Namespace) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(SKELETON)
     except OSError as exc:
-        raise ExternalError(f"cannot write {path}: {exc.strerror}") from None
-    ctx.out.success(f"wrote {path}")
+        raise output_file_error(path, exc) from None
+    ctx.out.success(f"wrote {esc(path)}")
 
 
 @config_write.args()

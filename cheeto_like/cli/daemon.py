@@ -16,8 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.markup import escape
-
+from ..config import mask_uri
 from ..daemon.config import (
     HUB_QUEUE,
     TASKS,
@@ -31,11 +30,13 @@ from ..daemon.config import (
 from ..errors import ExternalError, InvalidInput
 from . import args as a
 from .app import command, group_help
+from .output import esc
 
 group_help("daemon", help="the Celery hub and site workers, beat, manual runs, the API")
 
 log = logging.getLogger("cheeto_like.daemon")
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+WAIT_TIMEOUT_S = 300.0  # enqueue --wait: a run nobody picks up is reported, not waited on
 
 
 def _loglevel(parser: a.Parser) -> None:
@@ -138,30 +139,45 @@ def _label(spec: Any, site: str | None) -> str:
     return spec.name if site is None else f"{spec.name} {site}"
 
 
-def _describe(outcome: Any) -> str:
+def _describe_markup(outcome: Any) -> str:
     if outcome.state == "ok":
         result = outcome.result if isinstance(outcome.result, dict) else {}
         run = f", run {result['run_id']}" if result.get("run_id") else ""
-        return escape(f"ok in {result.get('duration_s', '?')}s on "
-                      f"{result.get('worker', '?')}{run}").replace("ok", "[green]ok[/]", 1)
+        return esc(f"ok in {result.get('duration_s', '?')}s on "
+                   f"{result.get('worker', '?')}{run}").replace("ok", "[green]ok[/]", 1)
     if outcome.state == "skipped":
-        return f"[yellow]skipped[/]: {escape(str(outcome.error))}"
-    return f"[red]{outcome.state.upper()}[/]: {escape(str(outcome.error))}"
+        return f"[yellow]skipped[/]: {esc(str(outcome.error))}"
+    return f"[red]{outcome.state.upper()}[/]: {esc(str(outcome.error))}"
 
 
-@command("daemon", "enqueue", help="queue a task now, for the given or configured sites",
-         store=True)
+@command("daemon", "enqueue", help="queue a task now, for the given or configured sites")
 async def daemon_enqueue(args: argparse.Namespace) -> int:
+    """Checks everything the config decides (the daemon section, the task, its sites)
+    before connecting to anything; given the config a running ``daemon up`` was started
+    from, it uses the stack's own config (its broker), not that file's."""
+    from ..config import load_config
     from ..daemon.app import make_app
+    from ..daemon.stack_pointer import running_stack_config
     from ..queries.site import get_site
+    from ..store import connect
 
     ctx = args.ctx
+    config = ctx.config
+    if (derived := running_stack_config(config)) is not None:
+        config = load_config(derived, "default")
+        ctx.out.info(esc(f"a `cheeto daemon up` stack runs with this config: using its "
+                         f"config {derived}"))
+    daemon_config(config)
     spec = lookup(args.task)
-    block = task_block(ctx.config, spec)
-    sites = task_sites(ctx.config, spec, block, args.site)
-    for site in sites:
-        await get_site(site)  # a typo would otherwise sit in a queue nobody consumes
-    app = make_app(ctx.config)
+    block = task_block(config, spec)
+    sites = task_sites(config, spec, block, args.site)
+    store = await connect(config.mongo, notify=ctx.out.info)
+    try:
+        for site in sites:
+            await get_site(site)  # a typo would otherwise sit in a queue nobody consumes
+    finally:
+        await store.close()
+    app = make_app(config)
     try:
         return await _send_and_wait(ctx, app, spec, sites if spec.per_site else [None], args)
     finally:
@@ -177,7 +193,7 @@ async def _send_and_wait(ctx: Any, app: Any, spec: Any, sites: list[str] | list[
     for site, result in sent:
         queue = spec.queue(site)
         rows.append({"task": spec.name, "site": site, "queue": queue, "id": result.id})
-        ctx.out.info(f"{_label(spec, site)} -> queue {queue} (id {result.id})")
+        ctx.out.info(f"{esc(_label(spec, site))} -> queue {esc(queue)} (id {esc(result.id)})")
     if not args.wait:
         if ctx.out.machine:
             ctx.out.write_data(rows)
@@ -186,9 +202,14 @@ async def _send_and_wait(ctx: Any, app: Any, spec: Any, sites: list[str] | list[
     failed = 0
     for row, (site, result) in zip(rows, sent, strict=True):
         outcome = await asyncio.to_thread(wait_for, result, deadline - time.monotonic())
+        if outcome.state == "timeout":
+            outcome.error = (f"no result within {args.timeout:g}s: still queued (does a "
+                             f"worker consume queue {row['queue']} on "
+                             f"{mask_uri(str(app.conf.broker_url))}?) or still running; see "
+                             "`cheeto daemon status`, or wait longer with --timeout")
         row.update(state=outcome.state, result=outcome.result, error=outcome.error)
         failed += outcome.state not in ("ok", "skipped")
-        ctx.out.info(f"{_label(spec, site)}: {_describe(outcome)}")
+        ctx.out.info(f"{esc(_label(spec, site))}: {_describe_markup(outcome)}")
     if ctx.out.machine:
         ctx.out.write_data(rows)
     if failed:
@@ -205,8 +226,9 @@ def _(parser: a.Parser) -> None:
                              "else daemon.sites)")
     parser.add_argument("--wait", action="store_true",
                         help="wait for every run and print its result (exit 1 if any failed)")
-    parser.add_argument("--timeout", type=float, default=3600.0,
-                        help="with --wait: give up after this many seconds (default 3600)")
+    parser.add_argument("--timeout", type=float, default=WAIT_TIMEOUT_S, metavar="SECONDS",
+                        help=f"with --wait: give up after this many seconds (default "
+                             f"{WAIT_TIMEOUT_S:g}; exit 1)")
     a.output_format(parser)
 
 

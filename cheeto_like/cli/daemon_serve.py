@@ -13,13 +13,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.markup import escape
-
 from ..config import ApiConfig, Config, mask_uri
 from ..errors import InvalidInput
 from ..store import connect
 from . import args as a
 from .app import command
+from .output import esc
 
 if TYPE_CHECKING:
     from ..daemon.stack import StackPlan
@@ -57,7 +56,7 @@ def daemon_api(args: argparse.Namespace) -> int:
     asyncio.run(_store_answers(ctx.config))
     scheme = "https" if api.tls_cert else "http"
     where = f"[{host}]" if ":" in host else host
-    ctx.out.info(escape(f"serving the API on {scheme}://{where}:{port}{api.prefix}/ "
+    ctx.out.info(esc(f"serving the API on {scheme}://{where}:{port}{api.prefix}/ "
                         f"({'X-API-Key required' if api.api_key else 'open: no api_key'})"))
     uvicorn.run(create_api(ctx.config), **uvicorn_options(api, host, port))
     return 0
@@ -76,24 +75,31 @@ def _(parser: a.Parser) -> None:
 def daemon_flower(args: argparse.Namespace) -> int:
     from ..daemon.app import make_app, run_celery, setup_process_logging
     from ..daemon.config import daemon_config
-    from ..daemon.flower import check_flower_bind, flower_command, flower_overrides
+    from ..daemon.flower import (
+        check_flower_bind,
+        check_no_secret_args,
+        flower_command,
+        flower_credentials,
+        flower_overrides,
+    )
 
     ctx = args.ctx
     config = ctx.config
     daemon_config(config)
-    basic_auth = args.basic_auth or os.environ.get("FLOWER_BASIC_AUTH") or None
+    basic_auth = flower_credentials(config)
     check_flower_bind(args.address, basic_auth, insecure=args.insecure)
     extra = [arg for arg in (args.extra or []) if arg != "--"]
+    check_no_secret_args(extra, args.broker_api)
     argv, env = flower_command(config, address=args.address, port=args.port,
                                basic_auth=basic_auth, url_prefix=args.url_prefix or "",
-                               broker_api=args.broker_api, broker_api_port=args.broker_api_port,
-                               extra=extra)
+                               broker_api=args.broker_api or os.environ.get("FLOWER_BROKER_API"),
+                               broker_api_port=args.broker_api_port, extra=extra)
     app = make_app(config, **flower_overrides(config))
     setup_process_logging(args.worker_loglevel, getattr(args, "log", None))
     os.environ.update(env)
     prefix = f"/{args.url_prefix.strip('/')}" if args.url_prefix else ""
     where = f"[{args.address}]" if ":" in args.address else args.address
-    ctx.out.info(escape(f"serving Flower on http://{where}:{args.port}{prefix}/ "
+    ctx.out.info(esc(f"serving Flower on http://{where}:{args.port}{prefix}/ "
                         f"({'basic auth' if basic_auth else 'no auth: loopback only'}); "
                         f"broker API {mask_uri(env.get('FLOWER_BROKER_API', '(none)'))}"))
     return run_celery(app, argv)
@@ -104,18 +110,18 @@ def _(parser: a.Parser) -> None:
     parser.add_argument("--address", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=_port, default=5555, help="port (default 5555)")
-    parser.add_argument("--basic-auth", metavar="USER:PASS[,USER:PASS]",
-                        help="require HTTP basic auth (default $FLOWER_BASIC_AUTH)")
     parser.add_argument("--url-prefix", metavar="PREFIX",
                         help="serve under /PREFIX (behind a reverse proxy)")
     parser.add_argument("--broker-api", metavar="URL",
-                        help="the RabbitMQ management API (default: derived from the broker "
-                             "URL: http(s)://<broker credentials>@<broker host>:15672|15671/api/)")
+                        help="the RabbitMQ management API, without credentials (default "
+                             "$FLOWER_BROKER_API, else derived from the broker URL: "
+                             "http(s)://<broker credentials>@<broker host>:15672|15671/api/)")
     parser.add_argument("--broker-api-port", type=_port, metavar="PORT",
                         help="management API port for the derived URL (default 15672 for "
                              "amqp, 15671 for amqps)")
     parser.add_argument("--insecure", action="store_true",
-                        help="allow a non-loopback address without --basic-auth")
+                        help="allow a non-loopback address without basic auth "
+                             "($FLOWER_BASIC_AUTH or daemon.flower_basic_auth)")
     parser.add_argument("--worker-loglevel", default="INFO", type=str.upper,
                         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
                         help="log level of the process (default INFO)")
@@ -127,15 +133,14 @@ def _(parser: a.Parser) -> None:
                               "broker, hub and site workers, beat, API and Flower")
 def daemon_up(args: argparse.Namespace) -> int:
     from ..daemon.demo import seed_demo
-    from ..daemon.flower import check_basic_auth
+    from ..daemon.flower import flower_credentials
     from ..daemon.stack import RunDirLock, StackOptions, Supervisor, plan_stack
 
     ctx = args.ctx
-    if args.flower_auth and "," in check_basic_auth(args.flower_auth):
-        raise InvalidInput("--flower-auth takes one user:password pair")
+    flower_auth = flower_credentials(ctx.config)
     run_dir = Path(args.run_dir).expanduser() if args.run_dir else default_run_dir()
     options = StackOptions(run_dir=run_dir, broker=args.broker, api_port=args.api_port,
-                           flower_port=args.flower_port, flower_auth=args.flower_auth,
+                           flower_port=args.flower_port, flower_auth=flower_auth,
                            seed_demo=args.seed_demo, demo_site=args.demo_site,
                            ready_timeout=args.ready_timeout)
     with RunDirLock(run_dir):
@@ -170,8 +175,6 @@ def _(parser: a.Parser) -> None:
                         help="API port (default api.port, or a free one if taken)")
     parser.add_argument("--flower-port", type=_port, metavar="PORT",
                         help="Flower port (default 5555, or a free one if taken)")
-    parser.add_argument("--flower-auth", metavar="USER:PASS",
-                        help="Flower's basic auth (default: admin and a generated password)")
     parser.add_argument("--seed-demo", action="store_true",
                         help="seed the demo site first (idempotent; see daemon demo-seed)")
     parser.add_argument("--demo-site", default="farm", metavar="SITE",
@@ -209,10 +212,11 @@ def _banner(out: Output, plan: StackPlan, demo_site: str) -> None:
         f"  broker  {info['broker']}",
         f"  store   {info['store']}",
         f"  run dir {info['run_dir']} (logs/, config.yaml, stack.json)",
-        f"  enqueue: cheeto daemon enqueue TASK --config {info['config']} --profile default",
+        f"  enqueue CHEETO_CONFIG={info['config']} cheeto daemon enqueue TASK --wait",
+        "          (or with the config you gave `daemon up`, while the stack runs)",
     ]
     for line in lines:
-        out.info(escape(line))
+        out.info(esc(line))
 
 
 @command("daemon", "demo-seed", help="seed a small demo site (idempotent: a second run "
@@ -228,9 +232,9 @@ async def daemon_demo_seed(args: argparse.Namespace) -> int:
     finally:
         await store.close()
     if ran:
-        ctx.out.success(f"seeded the demo site {args.site}: {', '.join(ran)}")
+        ctx.out.success(f"seeded the demo site {esc(args.site)}: {esc(', '.join(ran))}")
     else:
-        ctx.out.info(f"the demo site {args.site} is already seeded; nothing to do")
+        ctx.out.info(f"the demo site {esc(args.site)} is already seeded; nothing to do")
     return 0
 
 
@@ -268,7 +272,7 @@ def daemon_healthcheck(args: argparse.Namespace) -> int:
     if problem is not None:
         ctx.out.error(f"unhealthy ({role.name}): {problem}")
         return 1
-    ctx.out.info(f"healthy ({role.name})")
+    ctx.out.info(f"healthy ({esc(role.name)})")
     return 0
 
 

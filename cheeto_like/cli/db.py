@@ -11,6 +11,7 @@ from ..errors import CheetoError, InvalidInput
 from ..store import connect
 from . import args as a
 from .app import command, group_help
+from .output import esc
 
 group_help("db", help="the store: run the embedded server, check the connection")
 
@@ -23,6 +24,12 @@ def _server(args: argparse.Namespace) -> EmbeddedServer:
         overrides["path"] = Path(args.path).expanduser()
     if getattr(args, "port", None):
         overrides["port"] = args.port
+    if getattr(args, "host", None):
+        overrides["host"] = args.host
+    if getattr(args, "listen", None):
+        overrides["listen"] = args.listen
+    elif "port" in overrides or "host" in overrides:
+        overrides["listen"] = "tcp"
     if overrides:
         embedded = EmbeddedStoreConfig(**{**embedded.model_dump(), **overrides})
     return EmbeddedServer(embedded)
@@ -34,23 +41,26 @@ def db_serve(args: argparse.Namespace) -> None:
         raise InvalidInput("the config names a real MongoDB (mongo.uri); nothing to serve")
     server = _server(args)
     if server.is_up():
-        raise InvalidInput(f"something already listens on {server.host}:{server.port}")
-    args.ctx.out.info(f"serving the embedded store on {server.host}:{server.port} "
-                      f"(data in {server.data_dir})")
+        raise InvalidInput(f"something already listens on {server.address}")
+    args.ctx.out.info(f"serving the embedded store on {esc(server.address)} "
+                      f"(data in {esc(server.data_dir)})")
     server.serve_foreground()
 
 
 @db_serve.args()
 def _(parser: a.Parser) -> None:
     parser.add_argument("--path", help="data directory (default from config)")
-    parser.add_argument("--port", type=int, help="port (default from config)")
+    parser.add_argument("--listen", choices=("unix", "tcp"),
+                        help="a Unix socket in the data directory (default) or TCP")
+    parser.add_argument("--host", help="TCP address to listen on (implies --listen tcp)")
+    parser.add_argument("--port", type=int, help="TCP port (implies --listen tcp)")
 
 
 @command("db", "stop", help="stop an embedded store started in the background")
 def db_stop(args: argparse.Namespace) -> None:
     server = _server(args)
     if server.stop():
-        args.ctx.out.success(f"stopped the embedded store on port {server.port}")
+        args.ctx.out.success(f"stopped the embedded store on {esc(server.address)}")
     else:
         args.ctx.out.info("no embedded store of ours is running")
 
@@ -62,7 +72,8 @@ async def db_status(args: argparse.Namespace) -> int:
     data: dict[str, object] = {"profile": ctx.config.profile, "database": mongo.database}
     if mongo.is_embedded:
         server = _server(args)
-        data |= {"store": "embedded", "address": f"{server.host}:{server.port}",
+        data |= {"store": "embedded", "transport": server.transport,
+                 "address": server.address,
                  "data_dir": str(server.data_dir), "pid": server.pid()}
     else:
         from ..config import mask_uri

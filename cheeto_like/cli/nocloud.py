@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.markup import escape
-
 from .. import nocloud
 from . import args as a
 from .app import command, group_help
+from .output import esc
 
 group_help("nocloud", help="cloud-init NoCloud seeds for provisioning nodes")
 
@@ -20,8 +19,8 @@ def nocloud_render(args: argparse.Namespace) -> None:
     hosts = nocloud.render(args.site_dir, authorized_keys=args.authorized_keys,
                            output_dir=args.output_dir, config_basename=args.config_basename)
     names = ", ".join(h.hostname for h in hosts)
-    ctx.out.success(f"rendered {len(hosts)} host{'s' if len(hosts) != 1 else ''} into "
-                    f"{escape(str(args.output_dir))}/: {escape(names)}")
+    ctx.out.success(f"rendered {len(hosts)} host{esc('s' if len(hosts) != 1 else '')} into "
+                    f"{esc(str(args.output_dir))}/: {esc(names)}")
 
 
 @nocloud_render.args()

@@ -9,16 +9,25 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import sys
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import date, datetime
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from rich.console import Console
+from rich.errors import MarkupError
+from rich.logging import RichHandler
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
-from ruamel.yaml import YAML
+from rich.text import Text
+
+from ..text import show_controls
+
+if TYPE_CHECKING:
+    from .progress import Step
 
 Format = Literal["human", "yaml", "json"]
 NONE_TEXT = "[dim](none)[/]"
@@ -36,6 +45,13 @@ def plain(value: Any) -> Any:
     return value
 
 
+def esc(value: Any) -> str:
+    """``value`` as literal text inside a markup message: rich markup escaped and control
+    characters shown as escapes. Every value interpolated into an ``Output`` message goes
+    through this (a tripwire test checks), so user data is never read as markup."""
+    return escape(show_controls(str(value)))
+
+
 def _cell(value: Any) -> str:
     if value is None or value == "" or value == [] or value == {}:
         return NONE_TEXT
@@ -44,14 +60,22 @@ def _cell(value: Any) -> str:
     if isinstance(value, datetime):
         return value.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
     if isinstance(value, list | tuple):
-        return ", ".join(escape(str(_flat(v))) for v in value)
-    return escape(str(value))
+        return ", ".join(esc(_flat(v)) for v in value)
+    return esc(value)
 
 
 def _flat(value: Any) -> str:
     if isinstance(value, Mapping):
         return " ".join(f"{k}={v}" for k, v in value.items())
     return str(value)
+
+
+class LogHandler(RichHandler):
+    """Log records on the human stream: never markup, control characters escaped (log
+    messages carry user data such as an operation's changes)."""
+
+    def render_message(self, record: logging.LogRecord, message: str) -> Any:
+        return super().render_message(record, show_controls(message, keep_newlines=True))
 
 
 class Output:
@@ -65,7 +89,8 @@ class Output:
         self.quiet = quiet
         interactive = self.stderr.isatty()
         # Off a terminal (logs, pipes, tests) there is no width to fit: keep rows whole.
-        self.console = Console(file=self.stderr, highlight=False,
+        # No emoji codes: a value like ":smile:" or a time "1:cd:2" stays as typed.
+        self.console = Console(file=self.stderr, highlight=False, emoji=False,
                                width=None if interactive else 200)
 
     @property
@@ -74,21 +99,47 @@ class Output:
 
     # -- human messages (stderr) --------------------------------------------------------
 
+    # ``info``/``success``/``warn`` take markup written by us, with every interpolated
+    # value passed through ``esc()``; ``error`` takes plain text (exception messages).
+
+    def _markup(self, prefix: str, message: str) -> None:
+        message = show_controls(message, keep_newlines=True)
+        try:
+            text = Text.from_markup(prefix + message, emoji=False)
+        except MarkupError:  # a value that missed esc(): print it literally, never crash
+            text = Text.from_markup(prefix, emoji=False) + Text(message)
+        self.console.print(text, soft_wrap=True)  # one message, one line (never re-wrapped)
+
     def info(self, message: str) -> None:
         if not self.quiet:
-            self.console.print(message)
+            self._markup("", message)
 
     def success(self, message: str) -> None:
         if not self.quiet:
-            self.console.print(f"[green]✓[/] {message}")
+            self._markup("[green]✓[/] ", message)
 
     def warn(self, message: str) -> None:
-        self.console.print(f"[yellow]warning:[/] {message}")
+        self._markup("[yellow]warning:[/] ", message)
 
     def error(self, message: str) -> None:
-        self.console.print(f"[bold red]error:[/] {escape(message)}")
+        self.console.print(f"[bold red]error:[/] {esc(message)}", soft_wrap=True)
+
+    def text(self, text: str, *, end: str = "\n") -> None:
+        """Plain text (a file's content, a diff) on the human stream: no markup, control
+        characters shown as escapes."""
+        self.console.print(Text(show_controls(text, keep_newlines=True)), end=end)
 
     # -- machine output (stdout) --------------------------------------------------------
+
+    # -- progress of long work (stderr, terminals only) ----------------------------------
+
+    def progress(self, label: str, total: int | None = None) -> AbstractContextManager[Step]:
+        """A progress bar for long work, drawn only when stderr is a terminal (never with
+        ``--quiet``). Yields a callback ``step(n=1)``; inside the block, operations and
+        reconcilers report through ``cheeto_like.progress`` (``begin``/``advance``)."""
+        from .progress import progress_bar
+
+        return progress_bar(self, label, total)
 
     def write_raw(self, text: str) -> None:
         self.stdout.write(text)
@@ -100,6 +151,8 @@ class Output:
             self.write_raw(json.dumps(data, indent=2, sort_keys=False) + "\n")
         else:
             buffer = io.StringIO()
+            from ruamel.yaml import YAML  # only --yaml needs it: keep it off start-up
+
             yaml = YAML(typ="safe", pure=True)
             yaml.default_flow_style = False
             yaml.dump(data, buffer)
@@ -112,7 +165,7 @@ class Output:
         if self.machine:
             self.write_data(data)
         else:
-            self.console.print(Panel(self._mapping_table(data), title=f"[bold]{escape(title)}",
+            self.console.print(Panel(self._mapping_table(data), title=f"[bold]{esc(title)}",
                                      expand=False))
 
     def table(self, rows: Sequence[Mapping[str, Any]], *, title: str,
@@ -123,9 +176,9 @@ class Output:
             self.write_data(list(rows) if data is None else data)
             return
         cols = list(columns) if columns else (list(rows[0].keys()) if rows else [])
-        table = Table(title=title, title_justify="left", header_style="bold cyan")
+        table = Table(title=esc(title), title_justify="left", header_style="bold cyan")
         for col in cols:
-            table.add_column(col.replace("_", " "))
+            table.add_column(esc(col.replace("_", " ")))
         for row in rows:
             table.add_row(*(_cell(row.get(c)) for c in cols))
         self.console.print(table)
@@ -135,7 +188,7 @@ class Output:
         grid.add_column(style="bold cyan", no_wrap=True)
         grid.add_column()
         for key, value in data.items():
-            label = key.replace("_", " ")
+            label = esc(key.replace("_", " "))
             if isinstance(value, Mapping) and value:
                 grid.add_row(label, self._mapping_table(value))
             elif (isinstance(value, list) and value
@@ -150,7 +203,7 @@ class Output:
         cols = list(dict.fromkeys(k for row in rows for k in row))
         table = Table(show_edge=False, header_style="cyan", pad_edge=False)
         for col in cols:
-            table.add_column(col.replace("_", " "))
+            table.add_column(esc(col.replace("_", " ")))
         for row in rows:
             table.add_row(*(_cell(row.get(c)) for c in cols))
         return table

@@ -14,9 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from rich.markup import escape
-
-from ..errors import ExternalError
+from ..files import output_file_error
 from ..puppet.merge import Forest, MergeStrategy, build_forests
 from ..puppet.schema import (
     PuppetAccountMap,
@@ -27,6 +25,7 @@ from ..puppet.schema import (
 from ..puppet.yamlio import load_file
 from . import args as a
 from .app import Context, command, group_help
+from .output import esc
 
 group_help("puppet", help="the legacy puppet.hpc account YAML")
 
@@ -41,7 +40,7 @@ def _fail(ctx: Context, lines: list[str]) -> PuppetValidationError:
     if len(lines) > 1:
         ctx.out.console.print(f"{len(lines)} problems:")
         for line in lines:
-            ctx.out.console.print(f"  {escape(line)}")
+            ctx.out.console.print(f"  {esc(line)}")
     return PuppetValidationError(lines)
 
 
@@ -65,7 +64,7 @@ def _write(path: Path, text: str) -> None:
     except OSError as exc:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
-        raise ExternalError(f"cannot write {path}: {exc.strerror}") from None
+        raise output_file_error(path, exc) from None
 
 
 @command("puppet", "validate", help="validate (and merge) puppet.hpc account YAML files")
@@ -90,7 +89,7 @@ def puppet_validate(args: argparse.Namespace) -> None:
         if findings and args.strict:
             raise _fail(ctx, findings)
         for finding in findings:
-            ctx.out.warn(escape(finding))
+            ctx.out.warn(esc(finding))
 
     text = _render(results)
     if args.dump in (None, "-"):
@@ -98,13 +97,13 @@ def puppet_validate(args: argparse.Namespace) -> None:
     else:
         _write(Path(args.dump), text)
         if args.echo and not ctx.out.quiet:
-            ctx.out.console.print(text, markup=False, highlight=False, end="")
+            ctx.out.text(text, end="")
     for forest, accounts in results:
         label = forest.name if forest.files == [forest.name] else \
             f"{forest.name} ({', '.join(forest.files)})"
-        ctx.out.success(f"{escape(label)}: valid ({_plural(len(accounts.user), 'user')}, "
-                        f"{_plural(len(accounts.group), 'group')}, "
-                        f"{_plural(len(accounts.share), 'share')})")
+        ctx.out.success(f"{esc(label)}: valid ({esc(_plural(len(accounts.user), 'user'))}, "
+                        f"{esc(_plural(len(accounts.group), 'group'))}, "
+                        f"{esc(_plural(len(accounts.share), 'share'))})")
 
 
 @puppet_validate.args()

@@ -2,16 +2,20 @@
 
 ``create_api(config, store=None)`` builds the FastAPI app. Routes (under ``api.prefix``):
 
-- ``GET /puppet/root-keys/{site}``: root's ``authorized_keys`` as text, or
-  ``{"root-ssh-public-keys": [...]}`` when the client prefers ``application/json``;
+- ``GET /puppet/root-keys/{site}``: ``{"root-ssh-public-keys": [...]}`` (the reference's
+  shape, which puppet code is written against), or root's ``authorized_keys`` as text
+  when the client prefers ``text/plain``;
 - ``GET /puppet/storage/{site}``: the storage export as JSON;
-- ``GET /healthz``: 200 when the store answers a ping, else 503 (no key needed);
-- ``/openapi.json`` and ``/docs``.
+- ``GET /healthz``: 200 when the store answers a ping, else 503 (no key needed; the body
+  never names the store's address);
+- ``/openapi.json`` and ``/docs`` (Swagger UI served from ``daemon/static/``, so it works
+  offline).
 
 A site is given by name, fqdn or alias (case-insensitively); an unknown one is a 404,
-never the global key set. ``X-API-Key`` is compared in constant time; with no key
-configured the API is open, which ``check_bind`` only allows on loopback. Everything is
-a query: no request writes anything (no History rows).
+never the global key set. ``X-API-Key`` is compared in constant time. ``check_key``
+refuses to serve without ``api.api_key`` unless ``--insecure`` (then still only on
+loopback unless the operator insists). Everything is a query: no request writes anything
+(no History rows).
 
 An export is computed at most once per ``api.cache_seconds`` (default 30) per site and
 served for up to twice that (the second half while one background task recomputes it);
@@ -32,18 +36,21 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Security
 from fastapi import Path as PathParam
 from fastapi.exceptions import HTTPException
-from fastapi.responses import JSONResponse, Response
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import APIKeyHeader
+from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from pymongo.errors import PyMongoError
 
 from .. import __version__
-from ..config import ApiConfig, Config
+from ..config import MIN_API_KEY_LENGTH, ApiConfig, Config
 from ..errors import CheetoError, ConfigError, InvalidInput
 from ..models import Site
 from ..queries.exports import root_key_blocks, root_keys_list, root_keys_text, storage_export
@@ -115,11 +122,15 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(api: ApiConfig, host: str, *, insecure: bool) -> None:
-    """Refuse to serve an open API (no ``api_key``) beyond loopback unless ``insecure``."""
-    if api.api_key is None and not is_loopback(host) and not insecure:
-        raise InvalidInput(f"no api.api_key is configured, so the API is open; refusing to "
-                           f"listen on {host} (only loopback). Set api.api_key, or pass "
-                           f"--insecure if the network in front of it is trusted")
+    """Refuse to serve an open API (no ``api_key``) unless ``insecure``: even on loopback,
+    every local user (and every local process a browser can be tricked into calling)
+    could read root's keys and the storage map."""
+    if api.api_key is None and not insecure:
+        where = "" if is_loopback(host) else f" on {host}"
+        raise InvalidInput(f"no api.api_key is configured, so the API would be open; refusing "
+                           f"to serve{where}. Set api.api_key (at least "
+                           f"{MIN_API_KEY_LENGTH} characters), or pass --insecure if every "
+                           f"client that can reach it is trusted")
 
 
 def check_tls(api: ApiConfig) -> None:
@@ -131,10 +142,11 @@ def check_tls(api: ApiConfig) -> None:
             raise ConfigError(f"api.{name} {path} is not a readable file")
 
 
-def prefers_json(accept: str | None) -> bool:
-    """Whether an ``Accept`` header prefers application/json over text/plain.
+def prefers_text(accept: str | None) -> bool:
+    """Whether an ``Accept`` header prefers text/plain over application/json.
 
-    Plain text is the default (no header, ``*/*``, ties); quality values are honoured.
+    JSON is the default (no header, ``*/*``, ties), as in the reference; quality values
+    are honoured.
     """
     if not accept:
         return False
@@ -158,7 +170,7 @@ def prefers_json(accept: str | None) -> bool:
                 # a specific range beats a wildcard of the same quality
                 score = quality + (1e-6 if specific else 0.0)
                 best[target] = max(best.get(target, -1.0), score)
-    return best.get("application/json", -1.0) > best.get("text/plain", -1.0)
+    return best.get("text/plain", -1.0) > best.get("application/json", -1.0)
 
 
 class ExportCache:
@@ -266,9 +278,11 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
 
     app = FastAPI(
         title="cheeto", version=__version__, lifespan=lifespan,
-        openapi_url=f"{prefix}/openapi.json", docs_url=f"{prefix}/docs", redoc_url=None,
+        openapi_url=f"{prefix}/openapi.json", docs_url=None, redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
         description="Read-only exports for puppet: root SSH keys and the storage map of a "
                     "site. Send the key in the X-API-Key header.")
+    _mount_docs(app, prefix)
     app.state.store = store
     cache = ExportCache(api.cache_seconds)
     app.state.cache = cache
@@ -297,11 +311,12 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
     @router.get(
         "/puppet/root-keys/{site}", response_model=None,
         summary="root's authorized_keys for a site",
-        responses={200: {"description": "text/plain authorized_keys, or JSON when the "
-                                        "client prefers application/json",
-                         "content": {"text/plain": {"schema": {"type": "string"}},
-                                     "application/json": {"schema": RootKeys.model_json_schema(
-                                         by_alias=True)}}},
+        responses={200: {"description": "JSON (the reference's shape), or the "
+                                        "authorized_keys text when the client prefers "
+                                        "text/plain",
+                         "content": {"application/json": {"schema": RootKeys.model_json_schema(
+                                         by_alias=True)},
+                                     "text/plain": {"schema": {"type": "string"}}}},
                    **_ERRORS})
     async def root_keys(request: Request, site: str = site_param) -> Response:
         found = await site_named(site)
@@ -313,10 +328,10 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
 
         bodies, state = await cache.get(("root-keys", found.name), render)
         headers = {"Vary": "Accept", "X-Cache": state, **_NO_STORE}
-        if prefers_json(request.headers.get("accept")):
-            return Response(bodies["json"], media_type="application/json", headers=headers)
-        return Response(bodies["text"], media_type="text/plain; charset=utf-8",
-                        headers=headers)
+        if prefers_text(request.headers.get("accept")):
+            return Response(bodies["text"], media_type="text/plain; charset=utf-8",
+                            headers=headers)
+        return Response(bodies["json"], media_type="application/json", headers=headers)
 
     @router.get("/puppet/storage/{site}", response_model=StorageExport,
                 summary="the storage export of a site", responses=_ERRORS)
@@ -341,8 +356,13 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
                 raise RuntimeError("not connected")
             await connected.client.admin.command("ping")
         except (PyMongoError, RuntimeError) as exc:
-            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return JSONResponse({"status": "unavailable", "detail": detail}, status_code=503,
+            # the cause (with the store's hosts and ports) goes to the log only: /healthz
+            # answers without a key, so its body must not map the network behind it
+            log.warning("healthz: the store does not answer: %s",
+                        str(exc).strip().splitlines()[0] if str(exc).strip()
+                        else type(exc).__name__)
+            return JSONResponse({"status": "unavailable",
+                                 "detail": "the store does not answer"}, status_code=503,
                                 headers=_NO_STORE)
         return JSONResponse({"status": "ok"}, headers=_NO_STORE)
 
@@ -359,6 +379,27 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
         return JSONResponse({"detail": "the store is unavailable"}, status_code=503)
 
     return app
+
+
+STATIC_DIR = Path(__file__).parent / "static"
+
+
+def _mount_docs(app: FastAPI, prefix: str) -> None:
+    """``/docs`` with Swagger UI's assets served from ``daemon/static/swagger-ui`` (a
+    vendored copy of the swagger-ui-dist npm package, Apache-2.0): FastAPI's default page
+    loads them from a CDN, which leaves it blank on a network without one. The validator
+    badge (another outside host) is off."""
+    app.mount(f"{prefix}/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.get(f"{prefix}/docs", include_in_schema=False)
+    async def docs(request: Request) -> HTMLResponse:
+        root = str(request.scope.get("root_path", "")).rstrip("/") + prefix
+        return get_swagger_ui_html(
+            openapi_url=f"{root}/openapi.json", title="cheeto - API docs",
+            swagger_js_url=f"{root}/static/swagger-ui/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}/static/swagger-ui/swagger-ui.css",
+            swagger_favicon_url=f"{root}/static/swagger-ui/favicon-32x32.png",
+            swagger_ui_parameters={"validatorUrl": None})
 
 
 def _raw_header(value: str) -> bytes:

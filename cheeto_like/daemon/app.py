@@ -64,7 +64,7 @@ def soft_time_limit(hard: int) -> int:
 def result_backend(mongo: MongoConfig) -> tuple[str, dict[str, Any]]:
     """(``result_backend`` URL, ``mongodb_backend_settings``) for the application database.
 
-    The embedded store is reached at its host and port. A real MongoDB keeps its whole
+    The embedded store is reached at its socket (or host and port). A real MongoDB keeps its whole
     URI (replica set, hosts, options) and gets the same credentials and TLS settings as
     the store's own client (``store.client_for``).
     """
@@ -72,8 +72,17 @@ def result_backend(mongo: MongoConfig) -> tuple[str, dict[str, Any]]:
         "serverSelectionTimeoutMS": int(mongo.timeout_seconds * 1000),
         "connectTimeoutMS": int(mongo.timeout_seconds * 1000),
     }
+    settings_extra: dict[str, Any] = {}
     if mongo.is_embedded:
-        url = f"mongodb://{mongo.embedded.host}:{mongo.embedded.port}/"
+        from ..embedded import EmbeddedServer
+
+        server = EmbeddedServer(mongo.embedded)
+        # Celery rebuilds host:port pairs from the URL, which a socket path does not
+        # survive; ``mongo_host`` hands pymongo the URI itself. The TCP credential goes
+        # in the options, never the URL.
+        url = server.uri
+        settings_extra["mongo_host"] = server.uri
+        options.update(server.client_options())
     else:
         assert mongo.uri is not None
         url = mongo.uri
@@ -88,7 +97,8 @@ def result_backend(mongo: MongoConfig) -> tuple[str, dict[str, Any]]:
         if mongo.tls_ca_file:
             options["tlsCAFile"] = str(mongo.tls_ca_file)
     settings = {"database": mongo.database, "taskmeta_collection": TASKMETA_COLLECTION,
-                "groupmeta_collection": GROUPMETA_COLLECTION, "options": options}
+                "groupmeta_collection": GROUPMETA_COLLECTION, "options": options,
+                **settings_extra}
     return url, settings
 
 

@@ -60,6 +60,7 @@ TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (
     TaskSpec("reap", "reap", "reap-offboarded", per_site=False),
     TaskSpec("alert_digest", "alerts", "alert-digest", per_site=False,
              needs=("alerts", "mail")),
+    TaskSpec("usage_collect", "usage_collect", "usage-collect", on_site_queue=True),
 )}
 BY_CELERY_NAME = {spec.celery_name: spec for spec in TASKS.values()}
 

@@ -13,10 +13,16 @@ settings and the result backend; nothing is configured twice. Two things are der
   port made explicit (5671 when the URL had none) and TLS kept through
   ``broker_use_ssl``, because Flower's broker tab only knows the ``amqp`` scheme in
   older releases. Workers and beat keep the URL as configured.
+
+Basic auth comes from ``$FLOWER_BASIC_AUTH`` or the config's ``daemon.flower_basic_auth``
+(``flower_credentials``), never from the command line, and reaches Flower through its
+environment.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
@@ -71,23 +77,64 @@ def flower_broker_url(broker_url: str) -> tuple[str, bool]:
     return urlunsplit(("amqp", netloc, parts.path, parts.query, parts.fragment)), True
 
 
-def check_basic_auth(value: str) -> str:
+BASIC_AUTH_ENV = "FLOWER_BASIC_AUTH"
+
+
+def check_basic_auth(value: str, source: str = f"${BASIC_AUTH_ENV}") -> str:
     """``user:password[,user:password…]``: every pair has a user and a password."""
     pairs = value.split(",")
     for pair in pairs:
         user, sep, password = pair.partition(":")
         if not sep or not user.strip() or not password:
-            raise InvalidInput("--basic-auth takes user:password pairs separated by commas "
+            raise InvalidInput(f"{source} takes user:password pairs separated by commas "
                                "(a password cannot contain a comma)")
     return value
+
+
+def flower_credentials(config: Config, environ: Mapping[str, str] | None = None) -> str | None:
+    """Flower's basic auth: ``$FLOWER_BASIC_AUTH``, else ``daemon.flower_basic_auth``.
+
+    Never a command-line option: every local user can read another process's argv
+    (``ps``), but not its environment or a 0600 config file.
+    """
+    env = os.environ if environ is None else environ
+    if value := env.get(BASIC_AUTH_ENV):
+        return check_basic_auth(value)
+    configured = config.daemon.flower_basic_auth if config.daemon is not None else None
+    if configured is not None:
+        return check_basic_auth(configured.get_secret_value(), "daemon.flower_basic_auth")
+    return None
+
+
+_SECRET_FLOWER_OPTIONS = ("--basic_auth", "--basic-auth", "--broker_api", "--broker-api",
+                         "--auth", "--oauth2_secret", "--oauth2-secret")
+
+
+def check_no_secret_args(extra: list[str], broker_api: str | None) -> None:
+    """Refuse credentials on the command line (``ps`` shows them to every local user):
+    Flower options after ``--`` that carry secrets, or a ``--broker-api`` URL with a
+    password."""
+    for arg in extra:
+        if arg.split("=", 1)[0] in _SECRET_FLOWER_OPTIONS:
+            raise InvalidInput(f"{arg.split('=', 1)[0]} would put a secret in the process "
+                               f"list; use ${BASIC_AUTH_ENV} or daemon.flower_basic_auth "
+                               "(basic auth) or $FLOWER_BROKER_API (the management API)")
+    try:
+        password = urlsplit(broker_api).password if broker_api else None
+    except ValueError:
+        raise InvalidInput("--broker-api is not a URL") from None
+    if password is not None:
+        raise InvalidInput("--broker-api must not hold a password (it would show in the "
+                           "process list); set $FLOWER_BROKER_API instead")
 
 
 def check_flower_bind(address: str, basic_auth: str | None, *, insecure: bool) -> None:
     """Flower can revoke and kill tasks: without credentials it stays on loopback."""
     if not basic_auth and not is_loopback(address) and not insecure:
-        raise InvalidInput(f"refusing to serve Flower on {address} without --basic-auth "
-                           "(it can revoke and terminate tasks); pass --insecure if the "
-                           "network in front of it is trusted")
+        raise InvalidInput(f"refusing to serve Flower on {address} without basic auth "
+                           f"(${BASIC_AUTH_ENV} or daemon.flower_basic_auth; it can revoke "
+                           "and terminate tasks); pass --insecure if the network in front "
+                           "of it is trusted")
 
 
 def flower_overrides(config: Config) -> dict[str, Any]:

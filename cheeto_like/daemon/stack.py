@@ -19,7 +19,10 @@ stderr and appended to ``<run dir>/logs/<name>.log``. A service that exits is re
 with back-off (1 s doubling to 30 s; reset after 60 s of uptime). Ctrl-C or SIGTERM stops
 everything in reverse order: SIGTERM, a grace period, then SIGKILL for the whole process
 group, so nothing is left behind; a second Ctrl-C skips the grace periods. The URLs and
-credentials are printed and written to ``<run dir>/stack.json`` (mode 0600).
+credentials are printed and written to ``<run dir>/stack.json`` (mode 0600). While the
+stack runs, a pointer from the config it was given to the derived one
+(``daemon/stack_pointer.py``) lets ``cheeto daemon enqueue --config <that file>`` reach the
+stack's broker.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from ruamel.yaml import YAML
 from ..config import PROFILED_SECTIONS, ApiConfig, Config, mask_uri
 from ..embedded import EmbeddedServer, port_answers
 from ..errors import CheetoError, ExternalError, InvalidInput
-from . import rabbitmq
+from . import rabbitmq, stack_pointer
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 30.0
@@ -112,7 +115,7 @@ class StackOptions:
     broker: str = "auto"
     api_port: int | None = None
     flower_port: int | None = None
-    flower_auth: str | None = None
+    flower_auth: str | None = None  # from $FLOWER_BASIC_AUTH or the config, never argv
     seed_demo: bool = False
     demo_site: str = "farm"
     ready_timeout: float = 90.0
@@ -129,6 +132,8 @@ class StackPlan:
     notes: list[str]
     store_config: Config
     seed_demo: bool = False
+    source_config: Path | None = None  # the config `daemon up` was given, and its profile
+    profile: str = "default"
 
 
 def _raw_config(config: Config) -> dict[str, Any]:
@@ -199,15 +204,15 @@ def plan_stack(config: Config, options: StackOptions) -> StackPlan:
     mongo = config.mongo
     if mongo.is_embedded:
         server = EmbeddedServer(mongo.embedded)
-        info["store"] = f"embedded {server.host}:{server.port} ({server.data_dir})"
+        info["store"] = f"embedded {server.address} ({server.data_dir})"
         if server.is_up():
-            notes.append(f"the embedded store on {server.host}:{server.port} is already "
+            notes.append(f"the embedded store on {server.address} is already "
                          "running; using it (not supervised)")
         else:
-            server.data_dir.mkdir(parents=True, exist_ok=True)
+            server.prepare_dir()
             services.append(ServiceSpec(
-                "store", server.command(),
-                ready=lambda: port_answers(server.host, server.port), stop_timeout=10))
+                "store", server.command(), env=server.token_env(),
+                ready=server.is_up, stop_timeout=10))
     else:
         info["store"] = f"MongoDB {mask_uri(mongo.uri or '')}"
 
@@ -279,7 +284,7 @@ def plan_stack(config: Config, options: StackOptions) -> StackPlan:
         flower_auth = f"admin:{secrets.token_urlsafe(12)}"
         info["flower_auth_generated"] = True
     flower_port = port_or_free(options.flower_port or 5555)
-    flower_user, _, flower_password = flower_auth.partition(":")
+    flower_user, _, flower_password = flower_auth.split(",")[0].partition(":")
     info |= {"flower_url": f"http://127.0.0.1:{flower_port}/", "flower_user": flower_user,
              "flower_password": flower_password}
 
@@ -317,7 +322,9 @@ def plan_stack(config: Config, options: StackOptions) -> StackPlan:
     for spec in services:
         spec.ready_timeout = max(spec.ready_timeout, options.ready_timeout)
     return StackPlan(options=options, config_path=derived, services=services, info=info,
-                     notes=notes, store_config=derived_config, seed_demo=options.seed_demo)
+                     notes=notes, store_config=derived_config, seed_demo=options.seed_demo,
+                     source_config=Path(config.path) if config.path is not None else None,
+                     profile=config.profile)
 
 
 def _ctl_base() -> int:
@@ -528,6 +535,8 @@ class Supervisor:
                 if self.banner is not None:
                     self.banner(self.plan)
                 self._write_state()  # last: its presence means "everything is up"
+                stack_pointer.register(self.plan.source_config, self.plan.profile,
+                                       self.plan.config_path, os.getpid())
                 await self.stopping.wait()
         except CheetoError as exc:
             self.say(f"error: {exc.message}", error=True)
@@ -545,6 +554,7 @@ class Supervisor:
             self.say("stopped")
             self._log.close()
             (self.run_dir / "stack.json").unlink(missing_ok=True)
+            stack_pointer.unregister(self.plan.source_config, self.plan.profile, os.getpid())
         return code
 
     async def _seed(self, seed: Callable[[], Awaitable[list[str]]]) -> None:

@@ -5,12 +5,15 @@ Two sources, merged per (task, site):
   task run, whoever enqueued it, with its state, result or error and worker;
 - ``SyncRun``s of the reconcilers (slurm, ldap, puppet): every run, including manual
   ``cheeto ng … sync`` runs, with the duration and the error even when the task failed.
+  The run shown is ``queries.sync_runs.last_sync_run``'s, the one ``ng slurm why`` shows.
 
 The newer of the two wins. A task row takes its duration from its result, or (a failed
 run, which has no result) from the SyncRun that ended within a minute before it. States:
 ``ok``, ``skipped`` (another run held the lease), ``failed``, ``aborted`` (a SyncRun
-refused by its deletion cap), ``running`` (a SyncRun in flight), or Celery's own state
-in lower case. Pairs come from the configured tasks and sites plus whatever the two
+refused by its deletion cap or budget), ``running`` (a SyncRun in flight), ``crashed``
+(a SyncRun whose process died or lost its lease mid-run: reading the status closes such
+runs first, ``sync.runs.close_stale_runs``), or Celery's own state in lower case.
+Pairs come from the configured tasks and sites plus whatever the two
 sources hold, so a run on an unconfigured site still shows.
 """
 
@@ -24,7 +27,9 @@ from typing import Any
 from ..config import Config
 from ..errors import InvalidInput
 from ..models import SyncRun
+from ..queries.sync_runs import last_sync_run
 from ..store import Store
+from ..sync.runs import close_stale_runs
 from .config import (
     BY_CELERY_NAME,
     NO_SITE,
@@ -98,14 +103,14 @@ def from_taskmeta(doc: dict[str, Any]) -> tuple[str, str, Seen] | None:
                                  doc.get("worker"), "celery")
 
 
-def from_sync_run(doc: dict[str, Any]) -> Seen:
-    when = _aware(doc.get("finished_at")) or _aware(doc.get("started_at"))
-    return Seen(str(doc.get("status")), when, doc.get("duration_s"), doc.get("error"),
-                doc.get("author"), "sync_run")
+def from_sync_run(run: SyncRun) -> Seen:
+    when = _aware(run.finished_at) or _aware(run.started_at)
+    return Seen(run.status, when, run.duration_s, run.error, run.author, "sync_run")
 
 
 async def last_runs(store: Store, config: Config) -> list[dict[str, Any]]:
-    """One row per (task, site), sorted by task then site."""
+    """One row per (task, site), sorted by task then site. Closes stale runs first."""
+    await close_stale_runs(store)
     pairs: set[tuple[str, str]] = set()
     if config.daemon is not None:
         for name, block in enabled_tasks(config).items():
@@ -140,11 +145,7 @@ async def last_runs(store: Store, config: Config) -> list[dict[str, Any]]:
     for task, site in sorted(pairs):
         seen = celery.get((task, site))
         target = TASK_TARGETS.get(task)
-        latest_run = None
-        if target is not None:
-            latest_run = await runs.find_one(
-                {"target": target, "site": site}, {"items": 0},
-                sort=[("started_at", -1)])
+        latest_run = await last_sync_run(target, site) if target is not None else None
         run = from_sync_run(latest_run) if latest_run else None
         if seen is None or (run is not None and run.when and seen.when
                             and run.when > seen.when):

@@ -14,9 +14,11 @@ Every run:
    this host that no longer runs (a worker child killed mid-task, whose message the
    broker then redelivers: late acks) are removed first, so the redelivered run does
    not wait for their expiry; a lease held on another host only ever expires.
-   The reconcilers take their own inner leases (``slurm:<site>``, ``ldap:<site>``,
+   Every lease is short (``TASK_LEASE_TTL``) and renewed by a heartbeat while the run
+   lives, so a worker that died on another host blocks the next run for two minutes at
+   most. The reconcilers take their own inner leases (``slurm:<site>``, ``ldap:<site>``,
    ``puppet:<site>``); those guard against manual ``cheeto ng … sync`` runs, and a
-   conflict there is a failure, as the reconciler records it in its ``SyncRun``;
+   conflict there (``Busy``) is a failure, as the reconciler records it in its ``SyncRun``;
 4. returns a JSON summary: ``task``, ``site``, ``status`` (``ok`` or ``skipped``),
    ``worker``, ``queue``, ``started_at``, ``duration_s`` and the sync's own figures.
 
@@ -31,13 +33,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from celery import Celery, Task
@@ -49,18 +48,21 @@ from ..config import (
     SlurmSyncTask,
     SympaTask,
     TaskBlock,
+    UsageCollectTask,
     load_config,
 )
-from ..errors import CheetoError, ConfigError, Conflict
+from ..errors import Busy, CheetoError, ConfigError
 from ..models import SyncLease
 from ..models.fields import utcnow
 from ..store import Store, connect
-from ..sync.lease import lease
+from ..sync.lease import holder_is_gone, lease
 from .config import NO_SITE, TASKS, TaskSpec, daemon_config, task_block
 
 log = logging.getLogger("cheeto_like.daemon")
 
-LEASE_MARGIN_S = 60  # the task lease outlives the hard time limit by this much
+# a task lease is renewed every 40 s while the run lives; a little longer than the
+# reconcilers' minute, because a task body may hold the event loop (an export) longer
+TASK_LEASE_TTL = timedelta(seconds=120)
 
 Body = Callable[[Store, Config, Any, str, str], Awaitable[dict[str, Any]]]
 
@@ -88,35 +90,14 @@ def lease_key(spec: TaskSpec) -> str:
     return f"task.{spec.name}"
 
 
-def _holder_is_gone(holder: str) -> bool:
-    """True when ``holder`` (``host:pid:nonce``) names a process on this host that no
-    longer runs (or is a zombie). A holder elsewhere is never presumed dead."""
-    host, _, rest = holder.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return True  # an earlier incarnation with our pid: not this run
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
-
-
 async def clear_dead_leases(store: Store) -> list[str]:
     """Delete every lease (task or reconciler) whose holder was a process on this host
     that no longer runs: a worker child killed mid-task, whose message the broker then
     redelivers, must not find its own corpse holding the site until the lease expires.
     Returns the lease ids removed. (``sync_leases`` holds one document per running sync.)"""
     collection = SyncLease.get_pymongo_collection()
-    dead = [doc async for doc in collection.find({}) if _holder_is_gone(doc["holder"])]
+    dead = [doc async for doc in collection.find({})
+            if holder_is_gone(doc["holder"], own_pid_is_gone=True)]
     removed = []
     for doc in dead:
         async with store.exclusive():
@@ -149,13 +130,13 @@ async def _locked_run(config: Config, spec: TaskSpec, block: TaskBlock, site: st
     store = await connect(config.mongo, autostart=False)
     try:
         author = await resolve_author(store, daemon.author)
-        ttl = timedelta(seconds=daemon.task_time_limit + LEASE_MARGIN_S)
+        ttl = TASK_LEASE_TTL
         key = lease_key(spec)
         await clear_dead_leases(store)
         async with AsyncExitStack() as stack:
             try:
                 await stack.enter_async_context(lease(store, key, site, ttl=ttl))
-            except Conflict as exc:
+            except Busy as exc:
                 log.info("%s %s skipped: %s", spec.name, site, exc.message)
                 return {"status": "skipped", "reason": exc.message}
             detail = await body(store, config, block, site, author)
@@ -195,12 +176,15 @@ async def _slurm(store: Store, config: Config, block: SlurmSyncTask, site: str,
                  author: str) -> dict[str, Any]:
     from ..adapters.sacctmgr import SAcctMgr
     from ..sync.slurm import sync_site
-    from ..sync.slurm_actual import SAcctMgrReader
+    from ..sync.slurm_actual import Policy, SAcctMgrReader
 
     runner = SAcctMgr(binary=block.sacctmgr, sudo=block.sudo, timeout=block.timeout_seconds)
     report = await sync_site(store, site, reader=SAcctMgrReader(runner), runner=runner,
                              apply=block.apply, max_deletions=block.max_deletions,
-                             author=author)
+                             author=author, per_day=config.slurm.max_deletions_per_day,
+                             lease_ttl=timedelta(seconds=config.slurm.lease_seconds),
+                             policy=Policy.of(config.slurm.root_users,
+                                              config.slurm.unmanaged_accounts))
     if report.failed or report.skipped:
         first = (report.failed or report.skipped)[0]
         raise SyncFailed(f"slurm_sync {site}: {len(report.failed)} sacctmgr command(s) "
@@ -209,7 +193,28 @@ async def _slurm(store: Store, config: Config, block: SlurmSyncTask, site: str,
     planned = report.plan
     return {"run_id": report.run_id, "applied": report.applied, "cluster": planned.cluster,
             "processes": planned.processes, "deletions": len(planned.deletions),
+            "removals": len(planned.removals), "pending": len(report.pending),
             "counts": planned.counts, "tally": report.tally()}
+
+
+async def _usage(store: Store, config: Config, block: UsageCollectTask, site: str,
+                 author: str) -> dict[str, Any]:
+    from ..adapters.sacct import Sacct
+    from ..operations.usage import collect
+
+    report = await collect(store, site, sacct=Sacct(binary=block.sacct,
+                                                    timeout=block.timeout_seconds),
+                           overlap=timedelta(minutes=config.usage.overlap_minutes))
+    summary = {key: (value.isoformat() if hasattr(value, "isoformat") else value)
+               for key, value in report.as_dict().items()}
+    if block.notify and config.mail is not None:
+        from ..operations.quota_notify import send_quota_notices
+
+        notices = await send_quota_notices(store, author, config, site,
+                                           thresholds=config.usage.thresholds)
+        summary["notices_sent"], summary["notices_failed"] = (len(notices.sent),
+                                                              len(notices.failed))
+    return summary
 
 
 async def _ldap(store: Store, config: Config, block: LDAPSyncTask, site: str,
@@ -231,7 +236,8 @@ async def _ldap(store: Store, config: Config, block: LDAPSyncTask, site: str,
                          f"{len(report.skipped)} skipped (SyncRun {report.run_id}; first: "
                          f"{first.command}: {first.detail})")
     return {"run_id": report.run_id, "writes": report.plan.writes,
-            "deletions": len(report.plan.deletions), "counts": report.plan.counts,
+            "deletions": len(report.plan.deletions),
+            "removals": len(report.plan.removals), "counts": report.plan.counts,
             "watermarked": report.watermarked, "redirtied": report.redirtied,
             "tally": report.tally()}
 
@@ -264,6 +270,11 @@ async def _puppet(store: Store, config: Config, block: PuppetSyncTask, site: str
 def slurm_sync(self: Task, site: str) -> dict[str, Any]:
     """Reconcile a site's Slurm accounting (runs on ``slurm.<site>``)."""
     return run_task(self, "slurm_sync", site, _slurm)
+
+
+def usage_collect(self: Task, site: str) -> dict[str, Any]:
+    """Read a site's finished jobs from sacct into the usage ledger (on ``slurm.<site>``)."""
+    return run_task(self, "usage_collect", site, _usage)
 
 
 def ldap_sync(self: Task, site: str) -> dict[str, Any]:
@@ -309,7 +320,7 @@ def alert_digest(self: Task) -> dict[str, Any]:
     return run_task(self, "alert_digest", None, alert_digest_body)
 
 
-FUNCTIONS = {"slurm_sync": slurm_sync, "ldap_sync": ldap_sync,
+FUNCTIONS = {"slurm_sync": slurm_sync, "usage_collect": usage_collect, "ldap_sync": ldap_sync,
              "sympa_export": sympa_export, "puppet_sync": puppet_sync,
              "hippo_process": hippo_process, "iam_sync": iam_sync, "reap": reap,
              "alert_digest": alert_digest}

@@ -7,6 +7,8 @@ from beanie import Document
 from .group import Group, GroupMembership
 from .hippo import HippoEvent
 from .history import History
+from .names import NameClaim
+from .quota import Quota, QuotaAdjustment, QuotaDefaults, QuotaNotice
 from .site import Site
 from .slurm import (
     SlurmAccount,
@@ -17,18 +19,21 @@ from .slurm import (
 )
 from .storage import AutomountMap, StaticMount, Storage, StorageVolume
 from .sync import SyncLease, SyncRun
+from .usage import GpuFactor, UsageCursor, UsageRecord
 from .user import SshKey, User, UserSiteInfo
 
 ALL_MODELS: tuple[type[Document], ...] = (
     Site, User, SshKey, Group, UserSiteInfo, GroupMembership,
     SlurmAccount, SlurmAllocation, SlurmPartition, SlurmQOS, SlurmAssociation,
     AutomountMap, StorageVolume, StaticMount, Storage,
-    History, HippoEvent, SyncRun, SyncLease,
+    History, HippoEvent, SyncRun, SyncLease, NameClaim,
+    UsageRecord, UsageCursor, GpuFactor, Quota, QuotaDefaults, QuotaAdjustment, QuotaNotice,
 )
 
 __all__ = [
-    "ALL_MODELS", "AutomountMap", "Group", "GroupMembership", "HippoEvent", "History", "Site",
+    "ALL_MODELS", "AutomountMap", "GpuFactor", "Group", "GroupMembership", "HippoEvent",
+    "History", "NameClaim", "Quota", "QuotaAdjustment", "QuotaDefaults", "QuotaNotice", "Site",
     "SlurmAccount", "SlurmAllocation", "SlurmAssociation", "SlurmPartition", "SlurmQOS",
-    "SshKey", "StaticMount", "Storage", "StorageVolume", "SyncLease", "SyncRun", "User",
-    "UserSiteInfo",
+    "SshKey", "StaticMount", "Storage", "StorageVolume", "SyncLease", "SyncRun",
+    "UsageCursor", "UsageRecord", "User", "UserSiteInfo",
 ]

@@ -14,10 +14,12 @@ from beanie import Document
 from .group import GroupMembership
 from .hippo import HippoEvent
 from .history import History
+from .quota import Quota, QuotaAdjustment
 from .site import Site
 from .slurm import SlurmAccount, SlurmAssociation
 from .storage import Storage
 from .sync import SyncRun
+from .usage import UsageRecord
 from .user import SshKey, UserSiteInfo
 
 
@@ -41,6 +43,9 @@ USER_REFERENCES: tuple[Reference, ...] = (
     Reference(HippoEvent, "target_user"),
     Reference(History, "author"),
     Reference(SyncRun, "author"),
+    Reference(UsageRecord, "user"),
+    Reference(Quota, "user"),
+    Reference(QuotaAdjustment, "user"),
 )
 
 GROUP_REFERENCES: tuple[Reference, ...] = (
@@ -52,4 +57,7 @@ GROUP_REFERENCES: tuple[Reference, ...] = (
     Reference(Site, "slurm.default_account"),
     Reference(Storage, "group"),
     Reference(HippoEvent, "target_groups", is_list=True),
+    Reference(UsageRecord, "account"),
+    Reference(Quota, "account"),
+    Reference(QuotaAdjustment, "account"),
 )

@@ -14,11 +14,12 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from ..constants import SLURM_QOS_VALID_FLAGS
+from ..validation import describe_validation_error
 from .base import BaseDoc, Embedded, Expirable, index, unique
-from .fields import PosixName, Quota, SiteName, parse_quota_mb
+from .fields import INT64_MAX, PosixName, Quota, SiteName, parse_quota_mb
 
 SLURM_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 Bucket = Literal["group_limits", "user_limits", "job_limits"]
@@ -26,7 +27,7 @@ UNLIMITED = ("-1", "inf", "infinite", "unlimited", "")
 
 
 def _slurm_name(value: str) -> str:
-    if not SLURM_NAME_RE.match(value):
+    if not SLURM_NAME_RE.fullmatch(value):
         raise ValueError(f"{value!r} is not a valid Slurm name (lowercase letters, digits,"
                          " '_', '.', '-')")
     return value
@@ -55,8 +56,8 @@ def _unlimited_to_none(value: object) -> object:
 class SlurmTRES(Embedded):
     """A TRES bundle; None means unlimited. ``mem`` keeps the admin's unit (``1T``)."""
 
-    cpus: int | None = Field(default=None, ge=0)
-    gpus: int | None = Field(default=None, ge=0)
+    cpus: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    gpus: int | None = Field(default=None, ge=0, le=INT64_MAX)
     mem: Quota | None = None
 
     @field_validator("cpus", "gpus", "mem", mode="before")
@@ -87,7 +88,10 @@ class SlurmTRES(Embedded):
             values[key] = val.strip()
         if not values:
             raise ValueError(f"empty TRES string {text!r}")
-        return cls.model_validate(values)
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:  # one line naming the key, not pydantic's report
+            raise ValueError(f"invalid TRES {text!r}: {describe_validation_error(exc)}") from None
 
 
 class SlurmAllocation(BaseDoc, Expirable):
@@ -98,13 +102,14 @@ class SlurmAllocation(BaseDoc, Expirable):
     qos: SlurmName
     bucket: Bucket
     tres: SlurmTRES = Field(default_factory=SlurmTRES)
-    comment: str = ""
+    comment: str = ""  # checked in the operations' Args (FreeText)
 
     class Settings(BaseDoc.Settings):
         name = "slurm_allocations"
         indexes = [index("site", "qos")]
 
 
+WALLTIME_MAX_MINUTES = 2**32 - 2  # sacctmgr stores minutes in 32 bits; 2**32-1 is INFINITE
 _WALL = re.compile(r"^(?:(?P<days>\d+)-)?(?P<a>\d+)(?::(?P<b>\d+))?(?::(?P<c>\d+))?$")
 
 
@@ -122,7 +127,7 @@ def walltime_minutes(text: str | int | None) -> int | None:
     value = str(text).strip()
     if value.lower() in UNLIMITED or value.lower() == "partition_limit":
         return None
-    m = _WALL.match(value)
+    m = _WALL.fullmatch(value)
     if m is None:
         raise ValueError(f"invalid time limit {value!r}: use minutes, H:M:S or D-H:M:S")
     days = int(m["days"] or 0)
@@ -136,7 +141,10 @@ def walltime_minutes(text: str | int | None) -> int | None:
     else:  # H:M:S
         hours, minutes, seconds = parts
     total_seconds = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-    return -(-total_seconds // 60)
+    minutes_total = -(-total_seconds // 60)
+    if minutes_total > WALLTIME_MAX_MINUTES:
+        raise ValueError(f"time limit {value!r} is longer than Slurm allows")
+    return minutes_total
 
 
 def _walltime(value: str) -> str:
@@ -150,9 +158,9 @@ WallTime = Annotated[str, AfterValidator(_walltime)]
 class SlurmAccountLimits(Embedded):
     """Per-account limits; -1 means unlimited. ``max_job_length`` is a Slurm time string."""
 
-    max_user_jobs: int = Field(default=-1, ge=-1)
-    max_group_jobs: int = Field(default=-1, ge=-1)
-    max_submit_jobs: int = Field(default=-1, ge=-1)
+    max_user_jobs: int = Field(default=-1, ge=-1, le=INT64_MAX)
+    max_group_jobs: int = Field(default=-1, ge=-1, le=INT64_MAX)
+    max_submit_jobs: int = Field(default=-1, ge=-1, le=INT64_MAX)
     max_job_length: WallTime = "-1"
 
     @property
@@ -190,7 +198,7 @@ class SlurmPartition(BaseDoc):
 class SlurmQOS(BaseDoc):
     name: SlurmName
     site: SiteName
-    priority: int = Field(default=0, ge=0)
+    priority: int = Field(default=0, ge=0, le=2**32 - 1)  # sacctmgr: 32 bits
     flags: list[QOSFlag] = Field(default_factory=lambda: ["DenyOnLimit"])
 
     @field_validator("flags")

@@ -17,7 +17,17 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from .base import BaseDoc, Embedded, Expirable, LDAPSyncable, index, unique
-from .fields import NonEmptyStr, PosixName, Quota, SiteName, parse_quota_mb
+from .fields import (
+    AbsolutePath,
+    Cidr,
+    HostName,
+    MountOption,
+    OptionString,
+    PosixName,
+    Quota,
+    SiteName,
+    parse_quota_mb,
+)
 
 VOLUME_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+/-]{0,254}$")
 STORAGE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
@@ -26,19 +36,10 @@ MAP_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 def _matching(pattern: re.Pattern[str], kind: str):
     def check(value: str) -> str:
-        if not pattern.match(value):
+        if not pattern.fullmatch(value):
             raise ValueError(f"{value!r} is not a valid {kind}")
         return value
     return check
-
-
-def _absolute_path(value: str) -> str:
-    path = PurePosixPath(value)
-    if not path.is_absolute():
-        raise ValueError(f"path {value!r} must be absolute")
-    if ".." in path.parts:
-        raise ValueError(f"path {value!r} must not contain '..'")
-    return str(path)
 
 
 def _relative_path(value: str) -> str:
@@ -54,7 +55,6 @@ def _relative_path(value: str) -> str:
 VolumeName = Annotated[str, AfterValidator(_matching(VOLUME_NAME_RE, "volume name"))]
 StorageName = Annotated[str, AfterValidator(_matching(STORAGE_NAME_RE, "storage name"))]
 MapName = Annotated[str, AfterValidator(_matching(MAP_NAME_RE, "map or mount name"))]
-AbsolutePath = Annotated[str, AfterValidator(_absolute_path)]
 SubPath = Annotated[str, AfterValidator(_relative_path)]
 Backend = Literal["zfs", "quobyte"]
 Category = Literal["home", "group", "share"]
@@ -74,20 +74,22 @@ def format_quota(total_mb: Decimal) -> str:
 
 class StorageAllocation(Embedded):
     quota: Quota
-    comment: str = ""
+    comment: str = ""  # checked in the operations' Args (FreeText)
 
 
 class NFSExportConfig(Embedded):
-    export_options: str = ""
-    export_ranges: list[str] = Field(default_factory=list)
+    """Rendered into ``/etc/exports`` lines: options and ranges come from safe sets."""
+
+    export_options: OptionString = ""
+    export_ranges: list[Cidr] = Field(default_factory=list)
 
 
 class MountOverrides(Embedded):
     """``options`` replaces the map's options outright; otherwise add/remove adjust them."""
 
-    options: list[str] = Field(default_factory=list)
-    add_options: list[str] = Field(default_factory=list)
-    remove_options: list[str] = Field(default_factory=list)
+    options: list[MountOption] = Field(default_factory=list)
+    add_options: list[MountOption] = Field(default_factory=list)
+    remove_options: list[MountOption] = Field(default_factory=list)
 
 
 class ZFSConfig(Embedded):
@@ -105,7 +107,7 @@ class AutomountMap(BaseDoc):
     name: MapName
     site: SiteName
     prefix: AbsolutePath
-    options: list[str] = Field(default_factory=list)
+    options: list[MountOption] = Field(default_factory=list)
 
     class Settings(BaseDoc.Settings):
         name = "automount_maps"
@@ -118,7 +120,7 @@ class StorageVolume(BaseDoc, Expirable):
     backend: Backend
     zfs: ZFSConfig | None = None
     quobyte: QuobyteConfig | None = None
-    host: NonEmptyStr
+    host: HostName
     host_path: AbsolutePath
     parent: VolumeName | None = None
     allocations: list[StorageAllocation] = Field(default_factory=list)
@@ -157,9 +159,9 @@ class StaticMount(BaseDoc):
     fstype: FsType
     volume: VolumeName | None = None
     subpath: SubPath = ""
-    spec: str = ""
+    spec: OptionString = ""  # e.g. a cvmfs repository or host:/path
     mount_path: AbsolutePath
-    options: list[str] = Field(default_factory=list)
+    options: list[MountOption] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_source(self) -> StaticMount:
@@ -196,7 +198,7 @@ class Storage(BaseDoc, LDAPSyncable, Expirable):
     @field_validator("mount_name")
     @classmethod
     def _mount_name_shape(cls, value: str) -> str:
-        if value and not STORAGE_NAME_RE.match(value):
+        if value and not STORAGE_NAME_RE.fullmatch(value):
             raise ValueError(f"{value!r} is not a valid mount name")
         return value
 

@@ -11,10 +11,14 @@ from datetime import datetime
 from typing import Any, Literal
 
 from beanie import Document
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from .base import index
 from .fields import new_id, utcnow
+
+
+def epoch_ms(when: datetime) -> int:
+    return int(when.timestamp() * 1000)
 
 
 class SyncItem(BaseModel):
@@ -24,8 +28,12 @@ class SyncItem(BaseModel):
     batch: str
     command: str = ""
     targets: list[str] = Field(default_factory=list)
-    outcome: Literal["planned", "ok", "failed", "skipped"] = "planned"
+    # planned -> started (written before the command runs) -> ok | failed | pending
+    # (refused for a reason that clears by itself, e.g. running jobs; retried next run);
+    # skipped: never attempted. A crashed run keeps ``started`` on the command in flight.
+    outcome: Literal["planned", "started", "ok", "failed", "pending", "skipped"] = "planned"
     detail: str = ""
+    removals: int = 0  # how many removals (deletions, dropped values) this change makes
 
 
 class SyncRun(Document):
@@ -37,24 +45,38 @@ class SyncRun(Document):
     started_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime | None = None
     duration_s: float | None = None
-    status: Literal["running", "ok", "failed", "aborted"] = "running"
+    # crashed: found ``running`` after its holder died or lost the lease (sync.runs)
+    status: Literal["running", "ok", "failed", "aborted", "crashed"] = "running"
     counts: dict[str, int] = Field(default_factory=dict)
     items: list[SyncItem] = Field(default_factory=list)
     error: str | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
+    holder: str | None = None  # host:pid:nonce of the process running it
+    lease: str | None = None  # the lease (``<target>:<site>``) it ran under, if any
 
     class Settings:
         name = "sync_runs"
-        indexes = [index("target", "site", "-started_at")]
+        indexes = [index("target", "site", "-started_at"), index("status")]
 
 
 class SyncLease(Document):
-    """``_id`` is ``<target>:<site>``; a lease past ``expires_at`` may be taken over."""
+    """``_id`` is ``<target>:<site>``; a lease past ``expires_at`` may be taken over.
+
+    ``expires_ms`` (epoch milliseconds, derived from ``expires_at``) is what a takeover's
+    filter compares: the embedded store does not compare a datetime written by a
+    replace reliably (tests/test_store_conformance.py), integers it does."""
 
     id: str  # type: ignore[assignment]
     holder: str
     acquired_at: datetime = Field(default_factory=utcnow)
     expires_at: datetime
+    expires_ms: int = 0
+
+    @model_validator(mode="after")
+    def _expiry_in_ms(self) -> SyncLease:
+        if not self.expires_ms:
+            self.expires_ms = epoch_ms(self.expires_at)
+        return self
 
     class Settings:
         name = "sync_leases"

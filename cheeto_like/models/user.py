@@ -13,7 +13,16 @@ from pydantic import Field, field_validator
 
 from ..constants import DEFAULT_SHELL
 from .base import BaseDoc, Expirable, LDAPSyncable, index, unique
-from .fields import Email, NonEmptyStr, PosixName, Shell, Shorthand, SiteName, UnixId, UserType
+from .fields import (
+    Email,
+    NonBlankStr,
+    PosixName,
+    Shell,
+    Shorthand,
+    SiteName,
+    UnixId,
+    UserType,
+)
 from .iam import UCDIAMInfo
 
 
@@ -31,15 +40,19 @@ class User(BaseDoc, LDAPSyncable, Expirable):
     email: Email
     uid: UnixId
     gid: UnixId
-    fullname: NonEmptyStr
+    fullname: NonBlankStr  # free text: one line is checked in the Args (NonEmptyStr)
     surname: str | None = None
     shell: Shell = DEFAULT_SHELL
     type: UserType = "user"
     status: Shorthand | None = None
     password: str | None = None  # yescrypt MCF hash, never plaintext
     access: list[Shorthand] = Field(default_factory=list)
+    # Free text is checked where it is written (operation Args); stored text is shown
+    # escaped, so older rows with odd characters still load.
     comments: list[str] = Field(default_factory=list)
-    home_directory: NonEmptyStr
+    # Checked as an AbsolutePath where it is written (CreateUser); rows written before
+    # that check still load.
+    home_directory: NonBlankStr
     iam: UCDIAMInfo | None = None
 
     @field_validator("access")
@@ -67,7 +80,7 @@ class User(BaseDoc, LDAPSyncable, Expirable):
 
 class SshKey(BaseDoc, Expirable):
     user: PosixName
-    key: NonEmptyStr
+    key: NonBlankStr  # checked by parse_ssh_key where it is written
 
     def authorized_keys_entry(self, username: str | None = None) -> str:
         """The line for root's authorized_keys / LDAP sshPublicKey, tagged with the user."""

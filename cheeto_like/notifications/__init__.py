@@ -130,6 +130,11 @@ KINDS: dict[str, Kind] = {
     "account_restored": Kind(
         "account-restored.md.j2", lambda c: "UCD HPC: Account Restored",
         lambda c: "Your HPC account has been restored"),
+    "quota_threshold": Kind(
+        "quota-threshold.md.j2",
+        lambda c: f"UCD HPC: {c['subject']} at {c['threshold']}% of its {c['resource']} quota"
+                  f" on {_site(c)}",
+        lambda c: f"{html.escape(str(c['resource']))} quota at {c['threshold']}%"),
     "operator_alert": Kind(
         "operator-alert.md.j2",
         lambda c: f"{c['subject_prefix']} {c['total']} problem(s) need attention".strip(),

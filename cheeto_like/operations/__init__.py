@@ -1,16 +1,32 @@
-"""The write path. Importing this package registers every operation (for ``ng history
---op`` and ``get_operation``)."""
+"""The write path. ``operation_names()``, ``get_operation()`` and ``OPERATIONS`` import
+every module in ``MODULES`` first (for ``ng history --op``), so importing one operation
+module (as a command does) does not pay for all the others at start-up."""
 
-from . import (  # noqa: F401
-    class_users,
-    group,
-    group_membership,
-    site,
-    slurm,
-    storage,
-    user,
-    user_site,
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Operation, get_operation, operation_names
+
+# Every module that defines operations (base.load_all imports them on demand).
+MODULES = (
+    "class_users",
+    "group",
+    "group_membership",
+    "site",
+    "slurm",
+    "storage",
+    "user",
+    "user_site",
 )
-from .base import OPERATIONS, Operation, get_operation, operation_names
 
-__all__ = ["OPERATIONS", "Operation", "get_operation", "operation_names"]
+__all__ = ["MODULES", "OPERATIONS", "Operation", "get_operation", "operation_names"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OPERATIONS":  # the complete table, never a partly imported one
+        from .base import OPERATIONS, load_all
+
+        load_all()
+        return OPERATIONS
+    raise AttributeError(name)

@@ -97,6 +97,8 @@ class Operation:
                 return await op._run(skip_history=skip_history)
             except DuplicateKeyError as exc:
                 raise AlreadyExists(describe_duplicate(exc)) from None
+            except ValidationError as exc:  # a document built in execute refused a value
+                raise InvalidInput(describe_validation_error(exc)) from None
             except PyMongoError as exc:
                 if exc.has_error_label("TransientTransactionError") and attempt < MAX_ATTEMPTS:
                     log.info("%s: transient transaction error, retrying (%s)", cls.op_name, exc)
@@ -143,11 +145,23 @@ class Operation:
         return cls(store, author, cls.parse_args(**kwargs))
 
 
+def load_all() -> None:
+    """Import every operation module (``operations.MODULES``), registering them all."""
+    import importlib
+
+    from . import MODULES
+
+    for module in MODULES:
+        importlib.import_module(f"{__package__}.{module}")
+
+
 def operation_names() -> list[str]:
+    load_all()
     return sorted(OPERATIONS)
 
 
 def get_operation(name: str) -> type[Operation]:
+    load_all()
     try:
         return OPERATIONS[name]
     except KeyError:
@@ -183,6 +197,9 @@ COLLECTION_LABELS = {
     "slurm_qos": "Slurm QOS", "slurm_associations": "Slurm association",
     "automount_maps": "automount map", "storage_volumes": "storage volume",
     "static_mounts": "static mount", "storages": "storage", "hippo_events": "HiPPO event",
+    "usage_records": "usage record", "gpu_factors": "GPU factor", "quotas": "quota",
+    "quota_defaults": "quota defaults", "quota_notices": "quota notice",
+    "names": "user or group",
 }
 
 

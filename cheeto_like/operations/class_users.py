@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 from pymongo.asynchronous.client_session import AsyncClientSession
 
+from .. import progress
 from ..constants import CLASS_USER_BAND, LAB_GROUP_BAND, NAME_MAX_LEN
 from ..credentials import generate_password, hash_password
 from ..errors import AlreadyExists, Conflict, InvalidInput
@@ -70,7 +71,7 @@ class CreateClassUsers(Operation):
         @field_validator("prefix")
         @classmethod
         def _prefix_shape(cls, value: str) -> str:
-            if not PREFIX_RE.match(value):
+            if not PREFIX_RE.fullmatch(value):
                 raise ValueError(f"prefix {value!r} must be lowercase letters, digits and '-', "
                                  "starting with a letter")
             return value
@@ -102,9 +103,11 @@ class CreateClassUsers(Operation):
         0.1 s each, which a batch of hundreds would otherwise spend inside it."""
         def make() -> list[tuple[str, str]]:
             pairs = []
+            progress.begin(args.count, "hashing passwords")  # type: ignore[attr-defined]
             for _ in range(args.count):  # type: ignore[attr-defined]
                 password = generate_password()
                 pairs.append((password, hash_password(password)))
+                progress.advance()
             return pairs
         return await asyncio.to_thread(make)
 

@@ -27,6 +27,8 @@ from ..queries.site import get_site
 from ..queries.user import get_user
 from .base import OpArgs, Operation
 from .common import cascade_group_rename, next_free_id
+from .names import claim_name, move_claim
+from .slurm import rename_group_qos
 
 CreatableType = Literal["group", "system", "admin", "class"]
 
@@ -56,6 +58,7 @@ class CreateGroup(Operation):
         a = self.args
         await _check_new_group(a.name, a.gid, session)
         self.group = Group(name=a.name, gid=a.gid, type=a.type)
+        await claim_name(a.name, "group", session)
         await self.group.insert(session=session)
         return self.group
 
@@ -77,6 +80,7 @@ class _BandGroupOp(Operation):
         gid = await next_free_id(self.band, session)
         await _check_new_group(self.args.name, gid, session)
         self.group = Group(name=self.args.name, gid=gid, type=self.group_type)
+        await claim_name(self.args.name, "group", session)
         await self.group.insert(session=session)
         return self.group
 
@@ -120,6 +124,7 @@ class CreateGroupFromSponsor(Operation):
             raise InvalidInput(f"sponsor uid {sponsor.uid} is too large for a sponsor gid")
         await _check_new_group(name, gid, session)
         self.group = Group(name=name, gid=gid, type="group")
+        await claim_name(name, "group", session)
         await self.group.insert(session=session)
         await GroupMembership(user=sponsor.name, group=name, site=site.name,
                               roles=["member", "sponsor"]).insert(session=session)
@@ -132,8 +137,8 @@ class CreateGroupFromSponsor(Operation):
 
 class RenameGroup(Operation):
     """Rename a group and every reference to it (memberships, Slurm accounts and
-    associations, sticky lists, storages) in one transaction. A personal group is
-    renamed with its user (``ng user rename``), never on its own."""
+    associations, QOS named after it, sticky lists, storages) in one transaction. A
+    personal group is renamed with its user (``ng user rename``), never on its own."""
 
     op_name = "rename_group"
 
@@ -155,9 +160,12 @@ class RenameGroup(Operation):
                                                         session=session):
             raise AlreadyExists(f"a user named {a.new_name!r} exists; group names must not "
                                 "clash with user names")
+        if group.type != "user":  # a personal group's name is its user's claim
+            await move_claim(a.name, a.new_name, "group", session)
         group.name = a.new_name
         await group.save(session=session)
         self.references = await cascade_group_rename(a.name, a.new_name, session)
+        self.references |= await rename_group_qos(a.name, a.new_name, session)
         return self.references
 
     def describe(self) -> dict[str, Any]:
@@ -200,6 +208,7 @@ class SeedAccessStatusGroups(Operation):
                 gid += 1
             if gid > ID_MAX:
                 raise Conflict("no free gid left for the access/status groups")
+            await claim_name(name, "group", session)
             await Group(name=name, gid=gid, type=kind, shorthand=shorthand).insert(
                 session=session)
             self.outcome[name] = "created"

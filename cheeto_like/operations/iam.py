@@ -38,6 +38,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pymongo.asynchronous.client_session import AsyncClientSession
 
+from .. import progress
 from ..adapters.http import HttpAuthError
 from ..adapters.iam import IAMBundle, IAMClient, IAMTransientError
 from ..config import IAMConfig, IAMRefresh
@@ -62,6 +63,7 @@ OUTCOMES: tuple[str, ...] = ("hit", "hit_restored", "miss_first", "miss_within_g
                              "miss_offboarding", "miss_already_expiring", "miss_not_active")
 # A run that comes a little early (scheduling jitter) still counts as a full day later.
 GRACE_SLACK = timedelta(hours=1)
+MAX_DAYS = 36500  # a century: larger offsets overflow dates (year 9999)
 RECORDED = frozenset({"hit_restored", "miss_first", "miss_offboarding"})
 TALLY_KEYS = (*OUTCOMES, "transient_error", "error", "skipped_inactive",
               "notified_offboarding", "notified_restored", "notify_error")
@@ -213,8 +215,8 @@ class SyncUserIAM(Operation):
         username: PosixName
         lookup: IAMLookup
         now: datetime
-        grace_days: int = Field(default=1, ge=0)
-        expiry_offset_days: int = Field(default=30, ge=0)
+        grace_days: int = Field(default=1, ge=0, le=MAX_DAYS)
+        expiry_offset_days: int = Field(default=30, ge=0, le=MAX_DAYS)
         refresh: IAMRefresh = Field(default_factory=IAMRefresh)
 
     async def execute(self, session: AsyncClientSession) -> SyncUserIAMResult:
@@ -315,6 +317,12 @@ class IAMSettings:
     expiry_offset_days: int = 30
     refresh: IAMRefresh = field(default_factory=IAMRefresh)
 
+    def __post_init__(self) -> None:  # per-run overrides come straight from flags
+        for name in ("grace_days", "expiry_offset_days"):
+            if not 0 <= getattr(self, name) <= MAX_DAYS:
+                raise InvalidInput(f"{name.replace('_', ' ')} must be 0..{MAX_DAYS}, "
+                                   f"not {getattr(self, name)}")
+
     @classmethod
     def from_config(cls, config: IAMConfig, *, grace_days: int | None = None,
                     expiry_offset_days: int | None = None) -> IAMSettings:
@@ -384,6 +392,7 @@ async def sync_all_users_iam(store: Store, author: str | None, client: IAMClient
                                                max_users=max_users)
     report = IAMSyncReport()
     report.tally["skipped_inactive"] = skipped
+    progress.begin(len(users), "IAM sync")
     started = time.monotonic()
     run = SyncRun(target="iam", site="all", author=author, apply=True,
                   extra={"types": types or list(IAM_SYNCABLE_USER_TYPES),
@@ -415,7 +424,9 @@ async def sync_all_users_iam(store: Store, author: str | None, client: IAMClient
                 report.errors[user.name] = exc.message if isinstance(exc, CheetoError) \
                     else f"{type(exc).__name__}: {exc}"
                 log.warning("IAM sync of %s failed: %s", user.name, report.errors[user.name])
+                progress.advance()
                 return
+        progress.advance()
         report.tally[result.outcome] += 1
         report.results.append(result)
         if on_progress is not None:

@@ -49,6 +49,7 @@ class RemoveSite(Operation):
 
     async def execute(self, session: AsyncClientSession) -> dict[str, int]:
         site = await get_site(self.args.name, session)
+        self.names = {"fqdn": site.fqdn, "aliases": list(site.aliases)}  # for History
         self.deleted: dict[str, int] = {}
         for label, model in SITE_LINKED_MODELS:
             result = await model.find({"site": site.name}, session=session).delete(
@@ -58,7 +59,7 @@ class RemoveSite(Operation):
         return self.deleted
 
     def describe(self) -> dict[str, Any]:
-        return {"site": self.args.name, "deleted": self.deleted}
+        return {"site": self.args.name, **self.names, "deleted": self.deleted}
 
 
 class _SiteAliasOp(Operation):

@@ -22,7 +22,8 @@ from ..models import (
     SlurmPartition,
     SlurmQOS,
 )
-from ..models.fields import PosixName, SiteName
+from ..models.base import select
+from ..models.fields import FreeText, PosixName, SiteName
 from ..models.slurm import QOSFlag, SlurmAccountLimits, SlurmName, SlurmTRES, WallTime
 from ..queries.group import get_group
 from ..queries.site import get_site
@@ -112,9 +113,9 @@ class CreateSlurmQOS(Operation):
         group_limits: SlurmTRES | None = None
         user_limits: SlurmTRES | None = None
         job_limits: SlurmTRES | None = None
-        priority: int = Field(default=0, ge=0)
+        priority: int = Field(default=0, ge=0, le=2**32 - 1)
         flags: list[QOSFlag] | None = None
-        comment: str = "initial allocation"
+        comment: FreeText = "initial allocation"
 
     async def execute(self, session: AsyncClientSession) -> SlurmQOS:
         a = self.args
@@ -146,7 +147,7 @@ class EditSlurmQOS(Operation):
 
     class Args(_SiteScoped):
         name: SlurmName
-        priority: int | None = Field(default=None, ge=0)
+        priority: int | None = Field(default=None, ge=0, le=2**32 - 1)
         flags: list[QOSFlag] | None = None
 
     async def execute(self, session: AsyncClientSession) -> SlurmQOS:
@@ -216,7 +217,7 @@ class AddQOSAllocation(Operation):
         qos: SlurmName
         bucket: Bucket
         tres: SlurmTRES
-        comment: str = ""
+        comment: FreeText = ""
         expires_at: datetime | None = None
         provisioned_at: datetime | None = None
 
@@ -243,7 +244,7 @@ class EditSlurmAllocation(Operation):
     class Args(OpArgs):
         allocation_id: str
         tres: SlurmTRES | None = None
-        comment: str | None = None
+        comment: FreeText | None = None
         expires_at: datetime | None = None
         clear_expires_at: bool = False
         provisioned_at: datetime | None = None
@@ -506,7 +507,7 @@ class ProvisionSlurmAllocation(Operation):
         partition: SlurmName
         qos: SlurmName | None = None
         group_limits: SlurmTRES | None = None
-        comment: str = "initial allocation"
+        comment: FreeText = "initial allocation"
         priority: int = Field(default=0, ge=0)
         flags: list[QOSFlag] | None = None
 
@@ -664,3 +665,44 @@ class SetSiteSlurmCluster(Operation):
         return {"site": self.args.site, "cluster_name": self.args.cluster_name,
                 "previous": self.previous}
 
+
+
+async def rename_group_qos(old: str, new: str,
+                           session: AsyncClientSession) -> dict[str, int]:
+    """QOS named after a group (``<group>-…``, what ``provision`` creates) follow the
+    group's rename at every site, with the allocations and association lists that name
+    them; the Slurm sync then adds the new QOS and removes the old one. A QOS whose new
+    name is already taken at its site keeps its name. Returns changed counts."""
+    prefix = f"{old}-"
+    found = [q for q in await SlurmQOS.find({}, session=session).to_list()
+             if q.name.startswith(prefix)]
+    if not found:
+        return {}
+    taken = {(q.site, q.name) for q in await SlurmQOS.find({}, session=session).to_list()}
+    counts = {"slurm_qos.name": 0, "slurm_allocations.qos": 0, "slurm_associations.qos": 0}
+    qos_coll = SlurmQOS.get_pymongo_collection()
+    alloc_coll = SlurmAllocation.get_pymongo_collection()
+    assoc_coll = SlurmAssociation.get_pymongo_collection()
+    for qos in found:
+        renamed = f"{new}-{qos.name[len(prefix):]}"
+        if (qos.site, renamed) in taken:
+            continue
+        stamp = {"$currentDate": {"updated_at": True}}
+        await qos_coll.update_one({"_id": qos.id}, {"$set": {"name": renamed}, **stamp},
+                                  session=session)
+        counts["slurm_qos.name"] += 1
+        for alloc in await select(SlurmAllocation, session, site=qos.site, qos=qos.name):
+            await alloc_coll.update_one({"_id": alloc.id},
+                                        {"$set": {"qos": renamed}, **stamp}, session=session)
+            counts["slurm_allocations.qos"] += 1
+        for assoc in await select(SlurmAssociation, session, site=qos.site):
+            if qos.name not in assoc.qos and assoc.default_qos != qos.name:
+                continue
+            changes: dict[str, Any] = {"qos": [renamed if q == qos.name else q
+                                               for q in assoc.qos]}
+            if assoc.default_qos == qos.name:
+                changes["default_qos"] = renamed
+            await assoc_coll.update_one({"_id": assoc.id}, {"$set": changes, **stamp},
+                                        session=session)
+            counts["slurm_associations.qos"] += 1
+    return {k: v for k, v in counts.items() if v}

@@ -17,7 +17,16 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from ..errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from ..models import AutomountMap, Site, StaticMount, Storage, StorageVolume
 from ..models.base import select
-from ..models.fields import PosixName, Quota, SiteName
+from ..models.fields import (
+    Cidr,
+    FreeText,
+    HostName,
+    MountOption,
+    OptionString,
+    PosixName,
+    Quota,
+    SiteName,
+)
 from ..models.storage import (
     STORAGE_NAME_RE,
     AbsolutePath,
@@ -92,12 +101,12 @@ class CreateStorageVolume(Operation):
     class Args(_SiteScoped):
         name: VolumeName
         backend: Backend | None = None
-        host: str | None = None
+        host: HostName | None = None
         host_path: AbsolutePath | None = None
         parent: VolumeName | None = None
         quota: Quota | None = None
-        export_options: str = ""
-        export_ranges: list[str] = Field(default_factory=list)
+        export_options: OptionString = ""
+        export_ranges: list[Cidr] = Field(default_factory=list)
 
         @model_validator(mode="after")
         def _root_needs_host(self) -> CreateStorageVolume.Args:
@@ -143,7 +152,7 @@ class AddVolumeAllocation(Operation):
     class Args(_SiteScoped):
         volume: VolumeName
         quota: Quota
-        comment: str = ""
+        comment: FreeText = ""
 
     async def execute(self, session: AsyncClientSession) -> StorageVolume:
         volume = await get_volume(self.args.site, self.args.volume, session)
@@ -195,7 +204,7 @@ class EditVolumeAllocation(Operation):
 
     class Args(_AllocationIndexArgs):
         quota: Quota
-        comment: str | None = None
+        comment: FreeText | None = None
 
     async def execute(self, session: AsyncClientSession) -> StorageVolume:
         a = self.args
@@ -225,7 +234,7 @@ class CreateAutomountMap(Operation):
     class Args(_SiteScoped):
         name: MapName
         prefix: AbsolutePath
-        options: list[str] = Field(default_factory=list)
+        options: list[MountOption] = Field(default_factory=list)
 
     async def execute(self, session: AsyncClientSession) -> AutomountMap:
         a = self.args
@@ -252,8 +261,8 @@ class CreateStaticMount(Operation):
         mount_path: AbsolutePath
         volume: VolumeName | None = None
         subpath: SubPath = ""
-        spec: str = ""
-        options: list[str] = Field(default_factory=list)
+        spec: OptionString = ""
+        options: list[MountOption] = Field(default_factory=list)
 
         @model_validator(mode="after")
         def _one_source(self) -> CreateStaticMount.Args:
@@ -340,7 +349,7 @@ async def _check_mountable(storage: Storage, volume: StorageVolume,
 class _StorageTarget(_MountChoice, _SiteScoped):
     quota: Quota | None = None
     parent_volume: VolumeName | None = None
-    host: str | None = None
+    host: HostName | None = None
     host_path: AbsolutePath | None = None
 
     @model_validator(mode="after")
@@ -572,7 +581,7 @@ class SetStorageMount(Operation):
         @field_validator("mount_name")
         @classmethod
         def _mount_name_shape(cls, value: str) -> str:
-            if value and not STORAGE_NAME_RE.match(value):
+            if value and not STORAGE_NAME_RE.fullmatch(value):
                 raise ValueError(f"{value!r} is not a valid mount name")
             return value
 

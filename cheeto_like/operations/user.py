@@ -23,7 +23,9 @@ from ..credentials import hash_password, parse_ssh_key
 from ..errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from ..models import Group, GroupMembership, Site, SshKey, User, UserSiteInfo
 from ..models.fields import (
+    AbsolutePath,
     Email,
+    FreeText,
     NonEmptyStr,
     PosixName,
     Shell,
@@ -43,6 +45,7 @@ from .common import (
     mark_root_key_holders_dirty,
     next_free_id,
 )
+from .names import claim_name, move_claim
 
 ROOT_ACCESS = "root-ssh"  # admins with it put their keys on every system user's entry
 
@@ -57,13 +60,13 @@ class CreateUser(Operation):
         email: Email
         uid: UnixId
         fullname: NonEmptyStr
-        surname: str | None = None
+        surname: FreeText | None = None
         type: UserType = "user"
         shell: Shell = DEFAULT_SHELL
         status: Shorthand = "active"
         access: list[Shorthand] = Field(default_factory=list)
         gid: UnixId | None = None
-        home_directory: str | None = None
+        home_directory: AbsolutePath | None = None
         password: str | None = Field(default=None, repr=False)
         password_hash: str | None = Field(default=None, repr=False)
         ssh_key: str | None = None
@@ -75,12 +78,6 @@ class CreateUser(Operation):
                 raise ValueError("give a password or a password hash, not both")
             if self.password_hash and not self.password_hash.startswith("$"):
                 raise ValueError("a password hash must be a crypt(3) string")
-            return self
-
-        @model_validator(mode="after")
-        def _home_is_absolute(self) -> CreateUser.Args:
-            if self.home_directory is not None and not self.home_directory.startswith("/"):
-                raise ValueError(f"home directory {self.home_directory!r} must be absolute")
             return self
 
     async def execute(self, session: AsyncClientSession) -> tuple[User, Group]:
@@ -105,6 +102,7 @@ class CreateUser(Operation):
             password=a.password_hash or (hash_password(a.password) if a.password else None),
             expires_at=a.expires_at)
         self.group = Group(name=a.name, gid=gid, type="user")
+        await claim_name(a.name, "user", session)
         await self.user.insert(session=session)
         await self.group.insert(session=session)
         if key is not None:
@@ -493,6 +491,7 @@ class RenameUser(Operation):
             raise AlreadyExists(f"user {a.new_name!r} already exists")
         if await find_group_by_name(a.new_name, session):
             raise AlreadyExists(f"a group named {a.new_name!r} already exists")
+        await move_claim(a.name, a.new_name, "user", session)
         user.name = a.new_name
         await user.save(session=session)
         self.references = await cascade_user_rename(a.name, a.new_name, session)

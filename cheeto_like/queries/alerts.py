@@ -131,7 +131,7 @@ async def build_digest(store: Store, *, since: datetime, now: datetime,
             continue
         problem = RunProblem(str(doc["_id"]), str(doc.get("target")), str(doc.get("site")),
                              _stamp(_aware(doc.get("started_at"))), doc.get("error"))
-        if doc.get("status") == "failed":
+        if doc.get("status") in ("failed", "crashed"):
             digest.sync_failures.append(problem)
         elif doc.get("status") == "aborted":
             digest.guard_trips.append(problem)

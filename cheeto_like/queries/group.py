@@ -12,8 +12,9 @@ from typing import Literal
 from beanie.operators import In
 from pymongo.asynchronous.client_session import AsyncClientSession
 
-from ..errors import NotFound
-from ..models import Group, GroupMembership, Site, UserSiteInfo
+from ..constants import GROUP_TYPES
+from ..errors import InvalidInput, NotFound
+from ..models import Group, GroupMembership, Site, User, UserSiteInfo
 from ..models.base import select, select_one
 
 Session = AsyncClientSession | None
@@ -123,6 +124,8 @@ async def list_groups(*, type: str | None = None, site: str | None = None,
     by ``member`` being a member (at ``site`` when given, else anywhere)."""
     query: dict[str, object] = {}
     if type is not None:
+        if type not in GROUP_TYPES:
+            raise InvalidInput(f"group type {type!r} is not one of {', '.join(GROUP_TYPES)}")
         query["type"] = type
     names: set[str] | None = None
     if site is not None:
@@ -133,6 +136,9 @@ async def list_groups(*, type: str | None = None, site: str | None = None,
                                            session=session).to_list()
         names = {e.group for e in edges} | set(found.group.sticky)
     if member is not None:
+        # An unknown name is a typo, not "no groups": say so rather than print nothing.
+        if await select_one(User, session, name=member) is None:
+            raise NotFound(f"user {member!r} does not exist")
         if site is not None:
             mine = {g.name for g in await effective_user_groups(member, site, session)}
         else:

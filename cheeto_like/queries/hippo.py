@@ -14,6 +14,7 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from ..errors import NotFound
 from ..models import GroupMembership, HippoEvent, Site, Storage, User
 from ..models.base import select, select_one
+from ..validation import require_limit
 from .group import effective_user_groups
 from .site import find_site
 from .slurm import user_slurm_at_site
@@ -47,6 +48,7 @@ async def list_events(*, status: str | None = None, action: str | None = None,
                       site: str | None = None, user: str | None = None, limit: int = 50,
                       session: Session = None) -> list[HippoEvent]:
     """Newest first (by first sighting)."""
+    require_limit(limit)
     query: dict[str, Any] = {}
     for key, value in (("status", status), ("action", action), ("site", site),
                        ("target_user", user)):

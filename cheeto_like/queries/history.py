@@ -6,12 +6,14 @@ from datetime import datetime
 from typing import Any
 
 from ..models import History
+from ..validation import require_limit
 
 
 async def find_history(*, op: str | None = None, author: str | None = None,
                        since: datetime | None = None, until: datetime | None = None,
                        limit: int = 50) -> list[History]:
     """Newest first; ``since``/``until`` are inclusive."""
+    require_limit(limit)
     query: dict[str, Any] = {}
     if op:
         query["op"] = op

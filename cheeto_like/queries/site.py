@@ -8,8 +8,13 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from ..errors import NotFound
 from ..models import (
     AutomountMap,
+    GpuFactor,
     GroupMembership,
     HippoEvent,
+    Quota,
+    QuotaAdjustment,
+    QuotaDefaults,
+    QuotaNotice,
     Site,
     SlurmAccount,
     SlurmAllocation,
@@ -19,6 +24,8 @@ from ..models import (
     StaticMount,
     Storage,
     StorageVolume,
+    UsageCursor,
+    UsageRecord,
     UserSiteInfo,
 )
 
@@ -39,6 +46,13 @@ SITE_LINKED_MODELS: tuple[tuple[str, type[Document]], ...] = (
     ("storage_volumes", StorageVolume),
     ("automount_maps", AutomountMap),
     ("hippo_events", HippoEvent),
+    ("usage_records", UsageRecord),
+    ("usage_cursors", UsageCursor),
+    ("gpu_factors", GpuFactor),
+    ("quotas", Quota),
+    ("quota_defaults", QuotaDefaults),
+    ("quota_adjustments", QuotaAdjustment),
+    ("quota_notices", QuotaNotice),
 )
 
 

@@ -115,6 +115,20 @@ async def list_associations(site: str, *, account: str | None = None,
     return sorted(found, key=lambda a: (a.account, a.partition))
 
 
+async def require_filter_names(site: str, *, account: str | None = None,
+                               partition: str | None = None, qos: str | None = None,
+                               session: Session = None) -> None:
+    """``NotFound`` for a list filter naming an account, partition or QOS the site does
+    not have: a typo should say so, not print an empty table."""
+    if account is not None and await select_one(SlurmAccount, session, group=account,
+                                                site=site) is None:
+        raise NotFound(f"Slurm account {account!r} does not exist at site {site!r}")
+    if partition is not None:
+        await get_at_site(SlurmPartition, "partition", site, partition, session)
+    if qos is not None:
+        await get_at_site(SlurmQOS, "QOS", site, qos, session)
+
+
 async def find_association(site: str, account: str, partition: str,
                            session: Session = None) -> SlurmAssociation | None:
     return await select_one(SlurmAssociation, session, account=account, site=site,

@@ -14,7 +14,7 @@ from typing import Any
 from pymongo.asynchronous.client_session import AsyncClientSession
 
 from ..errors import NotFound
-from ..models import AutomountMap, StaticMount, Storage, StorageVolume
+from ..models import AutomountMap, Group, StaticMount, Storage, StorageVolume, User
 from ..models.base import select, select_one
 from ..models.storage import (
     mount_options,
@@ -124,6 +124,11 @@ async def list_site_storages(site: str, *, category: str | None = None,
                              owner: str | None = None, group: str | None = None,
                              host: str | None = None,
                              session: Session = None) -> list[ResolvedStorage]:
+    # A filter naming nobody is a typo: say so instead of listing nothing.
+    if owner is not None and await select_one(User, session, name=owner) is None:
+        raise NotFound(f"user {owner!r} does not exist")
+    if group is not None and await select_one(Group, session, name=group) is None:
+        raise NotFound(f"group {group!r} does not exist")
     where = {k: v for k, v in (("category", category), ("owner", owner), ("group", group))
              if v is not None}
     found = await select(Storage, session, site=site, **where)

@@ -12,9 +12,11 @@ from typing import Any, Literal, Protocol
 from beanie.operators import In
 from pymongo.asynchronous.client_session import AsyncClientSession
 
+from ..constants import USER_TYPES
 from ..errors import InvalidInput, NotFound
 from ..models import Site, SshKey, User, UserSiteInfo
 from ..models.base import select_one
+from ..validation import require_limit
 from .access_status import require_access, require_status
 
 Session = AsyncClientSession | None
@@ -142,6 +144,9 @@ async def find_users(*, status: str | None = None, access: str | None = None,
 
     if operator not in ("AND", "OR"):
         raise InvalidInput(f"operator must be AND or OR, not {operator!r}")
+    require_limit(limit)
+    if type is not None and type not in USER_TYPES:
+        raise InvalidInput(f"user type {type!r} is not one of {', '.join(USER_TYPES)}")
     if status is not None:
         await require_status(status, session)
     if access is not None:

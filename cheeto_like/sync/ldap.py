@@ -3,8 +3,16 @@
 ``run`` does the four steps for one site and one ``Scope`` (a whole-site sync, one user,
 one group, a prune, a bootstrap) and stores a ``SyncRun`` with the plan counts and every
 write's outcome. The apply:
-- refuses before any write when the plan deletes more entries than ``max_deletions``
-  (``GuardTripped``: the run fails, it is not merely reported);
+- takes the ``ldap:<site>`` lease before reading the directory (``Busy``, exit 1, when
+  another applying run holds it), so the plan is computed under it; the lease is
+  renewed while the run lives and taking it closes runs a crashed holder left
+  ``running`` as ``crashed``;
+- refuses before any write when the plan removes more than ``max_deletions`` or more
+  than the site's rolling 24-hour budget has left (``GuardTripped``: the run fails, it
+  is not merely reported); removals are deleted entries and dropped ``memberUid``,
+  ``member`` and ``sshPublicKey`` values;
+- records its progress before each batch (``extra.progress``, the items so far and the
+  removals the batch may make), so a crashed run shows how far it got;
 - writes nothing at all on a dry run (neither LDAP nor watermarks);
 - runs the batches in order, up to ``concurrency`` writes at a time within a batch,
   recording every outcome; skips the deletes when anything before them failed, and stops
@@ -14,7 +22,8 @@ Afterwards each record whose writes all succeeded gets this site's watermark
 (``ldap.synced.<site>``, via ``$currentDate``); a record whose ``ldap.modified_at`` moved
 while the run was in flight is marked dirty again, so a mid-run edit is never lost. A
 user who left the site loses the site's watermark once their memberships are gone. At
-most one applying run per site holds the ``ldap:<site>`` lease.
+most one applying run per site holds the ``ldap:<site>`` lease; it stops before its
+next write if the lease was lost.
 """
 
 from __future__ import annotations
@@ -25,12 +34,13 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from .. import progress
 from ..adapters.ldap import Directory, DirectoryError, Entry, dn_depth, normalize_dn
 from ..config import LDAPConfig
-from ..errors import GuardTripped, InvalidInput
+from ..errors import Busy, GuardTripped, InvalidInput
 from ..models import Group, Storage, SyncRun, User
 from ..models.fields import utcnow
 from ..models.sync import SyncItem
@@ -43,8 +53,9 @@ from .ldap_actual import actual_state, parse_entry, read_memberships
 from .ldap_desired import DesiredState, desired_state
 from .ldap_plan import SEQUENTIAL_BATCHES, Change, Plan, Scope, entry_mods, focus, plan
 from .ldap_state import GROUP_ATTRS, USER_ATTRS, Layout, RecordKey
-from .lease import lease
+from .lease import Held, holder_name, maybe_lease
 from .report import ItemOutcomes
+from .runs import RunJournal, check_budget, close_stale_runs
 
 TARGET = "ldap"
 MAX_STORED_OK_ITEMS = 1000  # a full sync of a large site would not fit one document
@@ -78,11 +89,11 @@ class Report(ItemOutcomes):
 
 
 def check_guard(planned: Plan, max_deletions: int | None) -> None:
-    deletions = planned.deletions
-    if max_deletions is not None and len(deletions) > max_deletions:
-        raise GuardTripped(f"the plan deletes {len(deletions)} LDAP entries, more than "
-                           f"--max-deletions {max_deletions}; nothing was changed",
-                           would_delete=deletions)
+    removals = planned.removals
+    if max_deletions is not None and len(removals) > max_deletions:
+        raise GuardTripped(f"the plan removes {len(removals)} LDAP entries or member/key "
+                           f"values, more than --max-deletions {max_deletions}; nothing "
+                           "was changed", would_delete=removals)
 
 
 async def _execute(change: Change, directory: Directory) -> None:
@@ -100,25 +111,39 @@ async def _execute(change: Change, directory: Directory) -> None:
 
 
 async def apply_plan(planned: Plan, directory: Directory, *, concurrency: int = 1,
-                     max_deletions: int | None) -> list[SyncItem]:
-    """Execute the plan in order; one item per change, never raises midway."""
+                     max_deletions: int | None, held: Held | None = None,
+                     journal: RunJournal | None = None) -> list[SyncItem]:
+    """Execute the plan in order; one item per change, never raises midway. With a
+    ``journal``, the progress is written before each batch (write-ahead)."""
     check_guard(planned, max_deletions)
     items: list[SyncItem] = []
     failed = False
     fatal: list[str] = []
+    removed = 0
+    progress.begin(sum(len(b.changes) for b in planned.batches), "LDAP changes")
 
     for batch in planned.batches:
+        if held is not None and held.lost is not None:
+            fatal.append(held.lost)
+        if journal is not None:
+            ahead = removed + sum(c.removals for c in batch.changes)
+            await journal.write(_stored_items(items), removed=ahead,
+                                progress={"batch": batch.label, "changes": len(batch.changes),
+                                          "done": len(items)})
         limit = asyncio.Semaphore(1 if batch.label in SEQUENTIAL_BATCHES else max(concurrency, 1))
         skip_reason = "skipped: an earlier step failed" if batch.kind == "delete" and failed \
             else None
 
         async def one(change: Change, label: str = batch.label, skip: str | None = skip_reason,
                       limit: asyncio.Semaphore = limit) -> SyncItem:
-            base = {"batch": label, "command": str(change), "targets": [change.label]}
+            base = {"batch": label, "command": str(change), "targets": [change.label],
+                    "removals": change.removals}
             if skip is not None or fatal:
                 return SyncItem(**base, outcome="skipped",
                                 detail=skip or f"skipped: {fatal[0]}")
             async with limit:
+                if held is not None and held.lost is not None and not fatal:
+                    fatal.append(held.lost)
                 if fatal:
                     return SyncItem(**base, outcome="skipped", detail=f"skipped: {fatal[0]}")
                 try:
@@ -134,6 +159,8 @@ async def apply_plan(planned: Plan, directory: Directory, *, concurrency: int = 
 
         results = await asyncio.gather(*(one(c) for c in batch.changes))
         items.extend(results)
+        progress.advance(len(results))
+        removed += sum(r.removals for r in results if r.outcome == "ok")
         failed = failed or any(r.outcome != "ok" for r in results)
     return items
 
@@ -215,15 +242,6 @@ async def _connected(config: LDAPConfig, given: Directory | None,
         yield directory
 
 
-@asynccontextmanager
-async def _maybe_lease(store: Store, site: str, active: bool) -> AsyncIterator[None]:
-    if not active:
-        yield
-        return
-    async with lease(store, TARGET, site):
-        yield
-
-
 class _Clock:
     def __init__(self) -> None:
         self.last = time.monotonic()
@@ -242,11 +260,42 @@ def scope_for(config: LDAPConfig, **kwargs: Any) -> Scope:
 async def run(store: Store, config: LDAPConfig, site_name: str, *, scope: Scope,
               dry_run: bool = False, max_deletions: int | None = 50, concurrency: int = 1,
               author: str | None = None, command: str = "sync-site",
-              directory: Directory | None = None) -> Report:
-    """One reconcile run of ``scope`` at ``site_name``."""
+              directory: Directory | None = None, allow_deletions: int | None = None) -> Report:
+    """One reconcile run of ``scope`` at ``site_name``. An applying run holds the site's
+    lease from before it reads the directory until its watermarks are written."""
     site = await get_site(site_name)
+    ttl = timedelta(seconds=config.lease_seconds)
+    try:
+        async with maybe_lease(store, TARGET, site.name, not dry_run, ttl=ttl) as held:
+            if held is not None:
+                await close_stale_runs(store, target=TARGET, site=site.name)
+            return await _run(store, config, site.name, scope=scope, held=held,
+                              max_deletions=max_deletions, concurrency=concurrency,
+                              author=author, command=command, directory=directory,
+                              allow_deletions=allow_deletions)
+    except Busy as exc:
+        await _record_busy(store, site.name, author, command, exc)
+        raise
+
+
+async def _record_busy(store: Store, site: str, author: str | None, command: str,
+                       exc: Busy) -> None:
+    run = SyncRun(target=TARGET, site=site, author=author, apply=True, status="failed",
+                  error=exc.message, finished_at=utcnow(), duration_s=0.0,
+                  holder=holder_name(), extra={"command": command, "busy": True})
+    async with store.exclusive():
+        await run.insert()
+
+
+async def _run(store: Store, config: LDAPConfig, site: str, *, scope: Scope,
+               held: Held | None, max_deletions: int | None, concurrency: int,
+               author: str | None, command: str, directory: Directory | None,
+               allow_deletions: int | None) -> Report:
+    dry_run = held is None
     started = time.monotonic()
-    sync_run = SyncRun(target=TARGET, site=site.name, author=author, apply=not dry_run,
+    sync_run = SyncRun(target=TARGET, site=site, author=author, apply=not dry_run,
+                       holder=held.holder if held else holder_name(),
+                       lease=held.key if held else None,
                        extra={"command": command, "full": scope.full, "force": scope.force,
                               "scope": sorted(scope.kinds), "concurrency": concurrency,
                               "max_deletions": max_deletions})
@@ -259,13 +308,12 @@ async def run(store: Store, config: LDAPConfig, site_name: str, *, scope: Scope,
         for group in sorted(scope.only_groups or ()):
             await get_group(group)
         clock = _Clock()
-        desired = await desired_state(site.name, config)
+        desired = await desired_state(site, config)
         clock.lap("desired")
         if scope.bootstrap and not desired.special_groups:
             raise InvalidInput(f"no access or status groups to create; {SEED_HINT}")
         seen = focus(desired, scope)
-        async with _connected(config, directory, concurrency) as connected, \
-                _maybe_lease(store, site.name, not dry_run):
+        async with _connected(config, directory, concurrency) as connected:
             actual = await actual_state(connected, desired, scope, seen)
             clock.lap("actual")
             planned = plan(desired, actual, scope, seen)
@@ -273,19 +321,26 @@ async def run(store: Store, config: LDAPConfig, site_name: str, *, scope: Scope,
             report = Report(planned, dry_run=dry_run, run_id=sync_run.id, timings=clock.laps)
             if dry_run:
                 report.guard_exceeded = max_deletions is not None \
-                    and len(planned.deletions) > max_deletions
+                    and len(planned.removals) > max_deletions
             else:
                 check_guard(planned, max_deletions)
+                sync_run.extra["budget"] = await check_budget(
+                    TARGET, site, planned.removals, per_day=config.max_deletions_per_day,
+                    allow=allow_deletions, what="LDAP entries or member/key values",
+                    exclude=sync_run.id)
                 before = Counter(connected.writes)
                 report.items = await apply_plan(planned, connected, concurrency=concurrency,
-                                                max_deletions=max_deletions)
+                                                max_deletions=max_deletions, held=held,
+                                                journal=RunJournal(store, sync_run))
                 report.writes = dict(Counter(connected.writes) - before)
                 clock.lap("apply")
                 report.watermarked, report.redirtied = await write_watermarks(
                     store, desired, _succeeded(desired, planned, report.items))
                 clock.lap("watermarks")
         sync_run.status = "ok" if report.ok else "failed"
-        if not report.ok:
+        if held is not None and held.lost is not None:
+            sync_run.error = held.lost
+        elif not report.ok:
             sync_run.error = (f"{len(report.failed)} LDAP write(s) failed, "
                               f"{len(report.skipped)} skipped")
         return report
@@ -303,6 +358,9 @@ async def run(store: Store, config: LDAPConfig, site_name: str, *, scope: Scope,
         if report is not None:
             sync_run.counts = {**report.plan.counts, "writes": report.plan.writes,
                                "deletions": len(report.plan.deletions),
+                               "removals": len(report.plan.removals),
+                               "removed": sum(i.removals for i in report.items
+                                              if i.outcome == "ok"),
                                "watermarked": report.watermarked,
                                "redirtied": report.redirtied}
             sync_run.items = _stored_items(report.items)
@@ -316,13 +374,14 @@ async def run(store: Store, config: LDAPConfig, site_name: str, *, scope: Scope,
 async def sync_site(store: Store, config: LDAPConfig, site: str, *, full: bool = False,
                     prune: bool = True, force: bool = False, dry_run: bool = False,
                     max_deletions: int | None = 50, concurrency: int = 1,
-                    author: str | None = None) -> Report:
+                    author: str | None = None, allow_deletions: int | None = None) -> Report:
     """A whole-site sync (users, groups, automounts and, unless ``prune`` is off, the
     prune): what ``ng ldap sync-site`` and the scheduled task run."""
     kinds = {"users", "groups", "automounts"} | ({"prune"} if prune else set())
     return await run(store, config, site, scope=scope_for(
         config, kinds=frozenset(kinds), full=full, force=force), dry_run=dry_run,
-        max_deletions=max_deletions, concurrency=concurrency, author=author)
+        max_deletions=max_deletions, concurrency=concurrency, author=author,
+        allow_deletions=allow_deletions)
 
 
 def _stored_items(items: list[SyncItem]) -> list[SyncItem]:
@@ -393,7 +452,8 @@ async def clear_tree(store: Store, config: LDAPConfig, *, base: str, exclude: li
     report: ClearReport | None = None
     try:
         async with _connected(config, directory, concurrency) as connected, \
-                _maybe_lease(store, label, not dry_run):
+                maybe_lease(store, TARGET, label, not dry_run,
+                            ttl=timedelta(seconds=config.lease_seconds)):
             listing = await connected.search(base, "sub", "(objectClass=*)", ["1.1"],
                                              missing_ok=False)
             order = clear_order(listing, base, exclude, [config.login_dn or ""])

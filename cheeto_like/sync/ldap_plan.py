@@ -59,6 +59,9 @@ BATCH_ORDER: tuple[tuple[str, BatchKind], ...] = (
     ("delete users", "delete"),
 )
 SEQUENTIAL_BATCHES = frozenset({"add containers"})  # parents before children
+# attributes whose dropped values count as removals (the deletion cap and daily budget):
+# losing one locks someone out of a group or a login, like deleting an entry would
+REMOVAL_ATTRS = ("memberUid", "member", "sshPublicKey")
 
 
 @dataclass(frozen=True)
@@ -174,10 +177,17 @@ class Change:
     entry: EntryState | None = None
     mods: tuple[Mod, ...] = ()
     records: tuple[RecordKey, ...] = ()
+    removed: tuple[str, ...] = ()  # "attr=value" for every REMOVAL_ATTRS value it drops
 
     @property
     def writes(self) -> int:
         return 2 if self.op == "recreate" else 1
+
+    @property
+    def removals(self) -> int:
+        """What this change takes away: the entry (a delete or recreation) plus every
+        member or key value it drops."""
+        return (1 if self.op in ("delete", "recreate") else 0) + len(self.removed)
 
     def __str__(self) -> str:
         return f"{self.op} {self.dn}"
@@ -230,12 +240,20 @@ class Plan:
         return [c.dn for c in self.changes if c.op in ("delete", "recreate")]
 
     @property
+    def removals(self) -> list[str]:
+        """Everything the plan takes away, for the deletion cap and the daily budget:
+        the entries it deletes (or recreates) and each member or key value it drops."""
+        return self.deletions + [f"{c.label}: {value}" for c in self.changes
+                                 for value in c.removed]
+
+    @property
     def counts(self) -> dict[str, int]:
         return {b.label: len(b.changes) for b in self.batches}
 
     def as_dict(self) -> dict[str, object]:
         return {
             "site": self.site, "writes": self.writes, "deletions": len(self.deletions),
+            "removals": len(self.removals),
             "counts": self.counts, "notes": list(self.notes),
             "checked": {"users": len(self.focus.users),
                         "memberships": len(self.focus.member_users),
@@ -285,6 +303,16 @@ def attr_mods(attr: str, want: frozenset[str], have: frozenset[str]) -> list[Mod
     return [Mod("replace", attr, tuple(sorted(want)))]
 
 
+def dropped_values(want: EntryState, have: EntryState) -> tuple[str, ...]:
+    """``attr=value`` for each REMOVAL_ATTRS value ``have`` holds and ``want`` does not."""
+    dropped = []
+    for attr in REMOVAL_ATTRS:
+        wanted = {compare_key(attr, v) for v in want.get(attr)}
+        dropped += sorted(f"{attr}={v}" for v in have.get(attr)
+                          if compare_key(attr, v) not in wanted)
+    return tuple(dropped)
+
+
 def _changed_attrs(mods: Iterable[Mod]) -> str:
     return ", ".join(dict.fromkeys(m.attr for m in mods))
 
@@ -317,7 +345,7 @@ def _compare(out: _Builder, kind: str, name: str, want: EntryState, have: EntryS
     elif mods:
         out.add(f"update {kind}s", Change("modify", have.dn, label,
                                           f"changed: {_changed_attrs(mods)}", mods=tuple(mods),
-                                          records=records))
+                                          records=records, removed=dropped_values(want, have)))
 
 
 def _state_of(kind: Kind, found: Entry) -> EntryState:
@@ -456,10 +484,11 @@ def _plan_memberships(out: _Builder, desired: DesiredState, actual: ActualState,
         mods = _merge_mods([m for _, user_mods in entries for m in user_mods])
         users = [u for u, _ in entries]
         shown = ", ".join(users[:5]) + (f" and {len(users) - 5} more" if len(users) > 5 else "")
+        removed = tuple(f"{m.attr}={v}" for m in mods if m.op == "delete" for v in m.values)
         out.add("update groups", Change(
             "modify", actual.group_index[group].dn, f"group {group}",
             f"memberships of {shown}", mods=tuple(mods),
-            records=tuple(("user", u) for u in users)))
+            records=tuple(("user", u) for u in users), removed=removed))
     return notes
 
 

@@ -2,54 +2,172 @@
 
 A lease is a ``SyncLease`` document with ``_id = "<target>:<site>"``, a holder and an
 expiry. Taking it is an insert (the unique ``_id`` decides races); a lease past its
-expiry may be replaced, so a crashed holder never blocks the next run for longer than
-the TTL. Whole-document writes only: the embedded store mishandles ``$set`` of datetimes.
+expiry may be replaced. Leases are short (``DEFAULT_TTL``, a minute) and a heartbeat
+task renews them while the holder lives, so a holder killed with SIGKILL blocks the
+next run for at most one TTL instead of an hour. A holder whose renewal finds the lease
+taken by someone else (its event loop stalled past the expiry) marks it ``lost``; the
+apply loops call ``Held.check()`` before every outside write and stop there.
+
+Whole-document writes only: the embedded store mishandles ``$set`` of datetimes.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
-from pymongo.errors import DuplicateKeyError
+from pymongo.errors import DuplicateKeyError, PyMongoError
 
-from ..errors import Conflict
+from ..errors import Busy, CheetoError, ExternalError
 from ..models import SyncLease
 from ..models.fields import new_id, utcnow
+from ..models.sync import epoch_ms
 from ..store import Store
 
-DEFAULT_TTL = timedelta(hours=1)
+DEFAULT_TTL = timedelta(seconds=60)
+log = logging.getLogger("cheeto_like.sync")
+
+
+class LeaseLost(ExternalError):
+    """Another run took this run's lease (it expired while this one was stalled)."""
 
 
 def holder_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{new_id()[:8]}"
 
 
-@asynccontextmanager
-async def lease(store: Store, target: str, site: str, *,
-                ttl: timedelta = DEFAULT_TTL) -> AsyncIterator[SyncLease]:
-    """Hold the (target, site) lease for the body; ``Conflict`` if someone else has it."""
-    key = f"{target}:{site}"
-    me = holder_name()
-    collection = SyncLease.get_pymongo_collection()
+def holder_is_gone(holder: str, *, own_pid_is_gone: bool = False) -> bool:
+    """True when ``holder`` (``host:pid:nonce``) names a process on this host that no
+    longer runs (or is a zombie). A holder elsewhere is never presumed dead. A worker
+    that starts a task passes ``own_pid_is_gone``: a lease naming its own pid then
+    belongs to an earlier incarnation (pids are reused), not to this run."""
+    host, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return own_pid_is_gone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@dataclass
+class Held:
+    """A lease this process holds; ``lost`` says why it no longer does."""
+
+    key: str
+    holder: str
+    ttl: timedelta
+    lost: str | None = None
+    renewals: int = field(default=0)
+
+    def check(self) -> None:
+        """Raise ``LeaseLost`` when another run took the lease: stop before writing."""
+        if self.lost is not None:
+            raise LeaseLost(self.lost)
+
+
+def _doc(key: str, holder: str, ttl: timedelta) -> dict[str, object]:
     now = utcnow()
-    doc = SyncLease(id=key, holder=me, acquired_at=now, expires_at=now + ttl)
+    return SyncLease(id=key, holder=holder, acquired_at=now,
+                     expires_at=now + ttl).model_dump(by_alias=True)
+
+
+async def _take(store: Store, key: str, holder: str, ttl: timedelta, target: str,
+                site: str) -> None:
+    collection = SyncLease.get_pymongo_collection()
+    doc = _doc(key, holder, ttl)
     async with store.exclusive():
         try:
-            await collection.insert_one(doc.model_dump(by_alias=True))
+            await collection.insert_one(doc)
+            return
         except DuplicateKeyError:
             taken = await collection.find_one_and_replace(
-                {"_id": key, "expires_at": {"$lt": now}}, doc.model_dump(by_alias=True))
-            if taken is None:
-                current = await collection.find_one({"_id": key})
-                who = f" by {current['holder']} until {current['expires_at']:%H:%M:%S}" \
-                    if current else ""
-                raise Conflict(f"another {target} sync for {site} is running{who}") from None
+                {"_id": key, "expires_ms": {"$lt": epoch_ms(utcnow())}}, doc)
+            if taken is not None:
+                log.warning("took over the expired lease %s of %s", key, taken["holder"])
+                return
+            current = await collection.find_one({"_id": key})
+            if current is not None and "expires_ms" not in current \
+                    and current["expires_at"] < utcnow():  # a lease from an older release
+                await collection.delete_one({"_id": key, "holder": current["holder"]})
+                await collection.insert_one(doc)
+                return
+    who = f" by {current['holder']} until {current['expires_at']:%H:%M:%S}" if current else ""
+    raise Busy(f"another {target} sync for {site} is running{who}; retry when it ends "
+               f"(a crashed run's lease expires within {int(ttl.total_seconds())} s)")
+
+
+async def _heartbeat(store: Store, held: Held) -> None:
+    """Renew every third of the TTL; give up (``lost``) when someone else holds it, or
+    when no renewal succeeded before the lease would have expired."""
+    collection = SyncLease.get_pymongo_collection()
+    period = held.ttl.total_seconds() / 3
+    last_ok = asyncio.get_running_loop().time()
+    while held.lost is None:
+        await asyncio.sleep(period)
+        try:
+            async with store.exclusive():
+                renewed = await collection.find_one_and_replace(
+                    {"_id": held.key, "holder": held.holder},
+                    _doc(held.key, held.holder, held.ttl))
+        except (PyMongoError, CheetoError) as exc:  # the store is down: retry until expiry
+            if asyncio.get_running_loop().time() - last_ok >= held.ttl.total_seconds():
+                held.lost = f"could not renew the lease {held.key}: {exc}"
+            continue
+        if renewed is None:
+            current = await collection.find_one({"_id": held.key})
+            by = f" by {current['holder']}" if current else " (it was removed)"
+            held.lost = f"the lease {held.key} was taken over{by}; this run stopped"
+            log.error("%s", held.lost)
+            return
+        held.renewals += 1
+        last_ok = asyncio.get_running_loop().time()
+
+
+@asynccontextmanager
+async def lease(store: Store, target: str, site: str, *,
+                ttl: timedelta = DEFAULT_TTL) -> AsyncIterator[Held]:
+    """Hold the (target, site) lease for the body, renewed in the background; ``Busy``
+    if someone else has it."""
+    key = f"{target}:{site}"
+    held = Held(key, holder_name(), ttl)
+    await _take(store, key, held.holder, ttl, target, site)
+    beat = asyncio.create_task(_heartbeat(store, held), name=f"lease {key}")
     try:
-        yield doc
+        yield held
     finally:
+        beat.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beat
         async with store.exclusive():
-            await collection.delete_one({"_id": key, "holder": me})
+            await SyncLease.get_pymongo_collection().delete_one(
+                {"_id": key, "holder": held.holder})
+
+
+@asynccontextmanager
+async def maybe_lease(store: Store, target: str, site: str, active: bool, *,
+                      ttl: timedelta = DEFAULT_TTL) -> AsyncIterator[Held | None]:
+    """The lease when ``active`` (an apply), else nothing (a dry run takes no lease)."""
+    if not active:
+        yield None
+        return
+    async with lease(store, target, site, ttl=ttl) as held:
+        yield held

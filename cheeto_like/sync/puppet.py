@@ -29,7 +29,8 @@ from ..puppet.yamlio import dumps
 from ..queries.puppet_legacy import site_to_puppet_legacy
 from ..queries.site import get_site
 from ..store import Store
-from .lease import lease
+from .lease import holder_name, lease
+from .runs import close_stale_runs
 
 TARGET = "puppet"
 KEYS_DIR = "keys"
@@ -104,6 +105,7 @@ async def sync_puppet(store: Store, site_name: str, repo_path: str | Path, *,
     await repo.ensure_clone()
     started = time.monotonic()
     run = SyncRun(target=TARGET, site=site.name, author=author, apply=not dry_run,
+                  holder=holder_name(),  # a run whose process died is closed as crashed
                   extra={"repo": str(repo_path), "push": push, "base": base})
     async with store.exclusive():
         await run.insert()
@@ -113,6 +115,7 @@ async def sync_puppet(store: Store, site_name: str, repo_path: str | Path, *,
         report.changed = changed_files(files, Path(repo_path))
         if not dry_run:
             async with lease(store, TARGET, site.name):
+                await close_stale_runs(store, target=TARGET, site=site.name)
                 result = await repo.commit_files(
                     _write(files), owned=[*files.writes, *files.deletes],
                     message=f"Update merged yaml for {site.name}", base=base, push=push)

@@ -1,33 +1,46 @@
 """The Slurm reconciler: desired (store) -> actual (sacctmgr) -> plan -> guarded apply.
 
 ``sync_site`` runs the four steps for one site and stores a ``SyncRun`` with the plan
-counts and every command's outcome. The apply:
-- refuses before any write when the plan deletes more than ``max_deletions``;
-- runs batches in order, each command with a timeout, recording every outcome;
+counts and every command's outcome. An apply:
+- takes the ``slurm:<site>`` lease first (``Busy``, exit 1, when another apply holds it)
+  and reads slurmdbd and plans *under* it, so the plan is never older than the state it
+  changes; taking it closes runs a crashed holder left ``running`` as ``crashed``;
+- refuses before any write when the plan removes more than ``max_deletions`` or more
+  than the site's rolling 24-hour budget has left (``sync.runs.check_budget``); a
+  removal is a deleted account or association, a removed coordinator, or a QOS dropped
+  from an association;
+- writes the whole plan to the run first, then marks each command ``started`` before it
+  runs (one store write per command, ``sync.runs.RunJournal``), so a crash shows what ran;
+- runs batches in order, each command with a timeout, recording every outcome; a
+  removal slurmdbd refuses because of running jobs is ``pending`` (retried next run);
 - skips the delete batches when anything before them failed, so a failed add never
   turns into a user who lost their old associations and did not get the new ones;
+- stops before the next command when the lease was lost (``Held.check``);
 - never raises halfway: the run ends ``ok`` or ``failed`` with a full report.
-A dry run (the default) stops after the plan. At most one apply per site runs at a time
-(``sync.lease``).
+A dry run (the default) reads and plans without the lease and writes nothing outside.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from .. import progress
 from ..adapters.sacctmgr import Result
-from ..errors import GuardTripped
+from ..errors import Busy, GuardTripped
+from ..files import write_atomically
 from ..models import SyncRun
 from ..models.fields import utcnow
 from ..models.sync import SyncItem
 from ..queries.site import get_site
 from ..store import Store
-from .lease import lease
+from .lease import DEFAULT_TTL, Held, holder_name, maybe_lease
 from .report import ItemOutcomes
-from .slurm_actual import StateReader, actual_state, with_deletion_facts
+from .runs import RunJournal, check_budget, close_stale_runs, removed_by
+from .slurm_actual import Policy, StateReader, actual_state, with_deletion_facts
 from .slurm_desired import desired_state
 from .slurm_plan import Plan, plan
 
@@ -47,63 +60,123 @@ class Report(ItemOutcomes):
 
 
 def check_guard(planned: Plan, max_deletions: int | None) -> None:
-    deletions = planned.deletions
-    if max_deletions is not None and len(deletions) > max_deletions:
-        raise GuardTripped(f"the plan deletes {len(deletions)} Slurm entities, more than "
+    removals = planned.removals
+    if max_deletions is not None and len(removals) > max_deletions:
+        raise GuardTripped(f"the plan removes {len(removals)} Slurm entities (deletions, "
+                           f"coordinators, QOS from associations), more than "
                            f"--max-deletions {max_deletions}; nothing was changed",
-                           would_delete=deletions)
+                           would_delete=removals)
 
 
-async def apply_plan(planned: Plan, runner: CommandRunner, *,
-                     max_deletions: int | None) -> list[SyncItem]:
-    """Execute the plan in order; returns one item per command, never raises midway."""
+def _outcome(result: Result) -> tuple[str, str]:
+    if result.ok:
+        return "ok", f"{result.seconds:.2f}s"
+    if result.jobs_active:
+        return "pending", f"pending: running jobs use it; retried next run ({result.summary()})"
+    return "failed", result.summary()
+
+
+async def apply_plan(planned: Plan, runner: CommandRunner, *, max_deletions: int | None,
+                     journal: RunJournal | None = None,
+                     held: Held | None = None) -> list[SyncItem]:
+    """Execute the plan in order; returns one item per command, never raises midway.
+
+    With a ``journal`` every item is written before anything runs and each command is
+    marked ``started`` in the store before its process starts (write-ahead)."""
     check_guard(planned, max_deletions)
-    items: list[SyncItem] = []
+    steps = [(batch, command) for batch in planned.batches for command in batch.commands]
+    items = [SyncItem(batch=batch.label, command=str(command), targets=list(command.targets),
+                      removals=planned.command_removals(batch, command))
+             for batch, command in steps]
+    if journal is not None:
+        await journal.write(items)
     failed = False
-    for batch in planned.batches:
-        for command in batch.commands:
-            base = {"batch": batch.label, "command": str(command),
-                    "targets": list(command.targets)}
-            if batch.kind == "delete" and failed:
-                items.append(SyncItem(**base, outcome="skipped",
-                                      detail="skipped: an earlier step failed"))
-                continue
-            try:
-                result = await runner.run(command.args, write=True)
-            except Exception as exc:  # a missing binary, sudo refusal, …: record, go on
-                items.append(SyncItem(**base, outcome="failed",
-                                      detail=f"{type(exc).__name__}: {exc}"))
-                failed = True
-                continue
-            if result.ok:
-                items.append(SyncItem(**base, outcome="ok", detail=f"{result.seconds:.2f}s"))
-            else:
-                items.append(SyncItem(**base, outcome="failed", detail=result.summary()))
-                failed = True
+    progress.begin(len(steps), "sacctmgr commands")
+    for index, ((batch, command), item) in enumerate(zip(steps, items, strict=True)):
+        progress.advance()
+        if held is not None and held.lost is not None:
+            for rest in items[index:]:
+                rest.outcome, rest.detail = "skipped", f"skipped: {held.lost}"
+            break
+        if batch.kind == "delete" and failed:
+            item.outcome, item.detail = "skipped", "skipped: an earlier step failed"
+            continue
+        item.outcome = "started"
+        if journal is not None:
+            await journal.write(items)
+        try:
+            result = await runner.run(command.args, write=True)
+        except Exception as exc:  # a missing binary, sudo refusal, …: record, go on
+            item.outcome, item.detail = "failed", f"{type(exc).__name__}: {exc}"
+            failed = True
+            continue
+        item.outcome, item.detail = _outcome(result)  # type: ignore[assignment]
+        failed = failed or item.outcome == "failed"
+    if journal is not None:
+        await journal.write(items)
     return items
 
 
 def write_commands(planned: Plan, path: Path, binary: str = "sacctmgr") -> None:
     """Every planned command, one per line, in batch order (for review or replay)."""
     lines = [f"{binary} -i {command}" for batch in planned.batches for command in batch.commands]
-    path.write_text("".join(f"{line}\n" for line in lines))
+    write_atomically(path, "".join(f"{line}\n" for line in lines))  # bad path: one line
 
 
 async def sync_site(store: Store, site_name: str, *, reader: StateReader,
                     runner: CommandRunner | None, apply: bool = False,
                     max_deletions: int | None = 50, author: str | None = None,
-                    dump_commands: Path | None = None, offline: bool = False) -> Report:
-    """One reconcile run for ``site_name``; ``runner`` is needed only to apply."""
+                    dump_commands: Path | None = None, offline: bool = False,
+                    per_day: int | None = None, allow_deletions: int | None = None,
+                    lease_ttl: timedelta = DEFAULT_TTL, policy: Policy | None = None) -> Report:
+    """One reconcile run for ``site_name``; ``runner`` is needed only to apply.
+    ``per_day``: the site's rolling 24-hour removal budget (None: none);
+    ``allow_deletions``: this run may remove up to that many beyond it;
+    ``policy``: what on the cluster is not cheeto's (``slurm.root_users``,
+    ``slurm.unmanaged_accounts``)."""
     site = await get_site(site_name)
+    if apply and runner is None:
+        raise ValueError("applying needs a command runner")
+    try:
+        async with maybe_lease(store, TARGET, site.name, apply, ttl=lease_ttl) as held:
+            if held is not None:
+                await close_stale_runs(store, target=TARGET, site=site.name)
+            return await _run(store, site.name, site.cluster_name, reader=reader,
+                              runner=runner, held=held, max_deletions=max_deletions,
+                              author=author, dump_commands=dump_commands, offline=offline,
+                              per_day=per_day, allow_deletions=allow_deletions,
+                              policy=policy)
+    except Busy as exc:
+        await _record_busy(store, site.name, author, exc)
+        raise
+
+
+async def _record_busy(store: Store, site: str, author: str | None, exc: Busy) -> None:
+    now = utcnow()
+    run = SyncRun(target=TARGET, site=site, author=author, apply=True, status="failed",
+                  error=exc.message, finished_at=now, duration_s=0.0, holder=holder_name(),
+                  extra={"busy": True})
+    async with store.exclusive():
+        await run.insert()
+
+
+async def _run(store: Store, site: str, cluster: str, *, reader: StateReader,
+               runner: CommandRunner | None, held: Held | None, max_deletions: int | None,
+               author: str | None, dump_commands: Path | None, offline: bool,
+               per_day: int | None, allow_deletions: int | None,
+               policy: Policy | None = None) -> Report:
+    apply = held is not None
     started = time.monotonic()
-    run = SyncRun(target=TARGET, site=site.name, author=author, apply=apply,
-                  extra={"cluster": site.cluster_name, "offline": offline})
+    run = SyncRun(target=TARGET, site=site, author=author, apply=apply,
+                  holder=held.holder if held else holder_name(),
+                  lease=held.key if held else None,
+                  extra={"cluster": cluster, "offline": offline})
     async with store.exclusive():
         await run.insert()
     report: Report | None = None
     try:
-        desired = await desired_state(site.name)
-        actual = await actual_state(reader, site.cluster_name)
+        desired = await desired_state(site)
+        actual = await actual_state(reader, cluster, policy)
         planned = plan(desired, actual)
         if planned.deletions:  # only deletions need the two costly extra reads
             actual = await with_deletion_facts(reader, actual)
@@ -111,29 +184,39 @@ async def sync_site(store: Store, site_name: str, *, reader: StateReader,
         report = Report(planned, applied=apply, run_id=run.id)
         if dump_commands is not None:
             write_commands(planned, dump_commands)
-        if apply:
-            if runner is None:
-                raise ValueError("applying needs a command runner")
+        if held is not None and runner is not None:
             check_guard(planned, max_deletions)
-            async with lease(store, TARGET, site.name):
-                report.items = await apply_plan(planned, runner, max_deletions=max_deletions)
+            run.extra["budget"] = await check_budget(
+                TARGET, site, planned.removals, per_day=per_day, allow=allow_deletions,
+                what="Slurm entities", exclude=run.id)
+            run.counts = {"processes": planned.processes, "removals": len(planned.removals)}
+            held.check()
+            report.items = await apply_plan(planned, runner, max_deletions=max_deletions,
+                                            journal=RunJournal(store, run), held=held)
         run.status = "ok" if report.ok else "failed"
-        if report.failed:
-            run.error = f"{len(report.failed)} command(s) failed"
+        if held is not None and held.lost is not None:
+            run.error = held.lost
+        elif report.failed or report.skipped:
+            run.error = (f"{len(report.failed)} command(s) failed, "
+                         f"{len(report.skipped)} skipped")
         return report
     except GuardTripped as exc:
         run.status, run.error = "aborted", exc.message
         run.extra["would_delete"] = exc.would_delete
         raise
     except Exception as exc:
-        run.status, run.error = "failed", f"{type(exc).__name__}: {exc}"
+        run.status = "failed"
+        run.error = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
         raise
     finally:
         run.finished_at = utcnow()
         run.duration_s = round(time.monotonic() - started, 3)
         if report is not None:
             run.counts = {**report.plan.counts, "processes": report.plan.processes,
-                          "deletions": len(report.plan.deletions)}
+                          "deletions": len(report.plan.deletions),
+                          "removals": len(report.plan.removals),
+                          "removed": removed_by(report.items),
+                          "pending": len(report.pending)}
             run.items = report.items
             run.extra |= {"conflicts": list(report.plan.conflicts),
                           "notes": list(report.plan.notes)}

@@ -9,13 +9,22 @@ in docs/sacctmgr-notes.md and tests/adapters/test_sacctmgr_conformance.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from ..adapters.sacctmgr import SAcctMgr
 from ..errors import ExternalError
 from ..models.slurm import walltime_minutes
+from .slurm_limits import (
+    ACCOUNT_MANAGED,
+    ASSOC_LIMIT_FORMAT,
+    ASSOC_LIMITS,
+    QOS_LIMIT_FORMAT,
+    QOS_LIMITS,
+    Limits,
+    parse_limits,
+)
 from .slurm_state import (
     OWNER_PREFIX,
     AccountState,
@@ -27,13 +36,17 @@ from .slurm_state import (
 )
 
 ASSOC_COLUMNS = "account,user,partition,qos,defaultqos,maxjobs,grpjobs,maxsubmit,maxwall"
+QOS_COLUMNS = "name,description,priority,flags,grptres,maxtrespu,maxtres"
+ROOT_USERS = frozenset({"root"})
 
 # what -> the sacctmgr show arguments for a cluster (printed in --help for dump files)
 READS: dict[str, Callable[[str], list[str]]] = {
-    "qos": lambda cluster: ["show", "qos",
-                            "format=name,description,priority,flags,grptres,maxtrespu,maxtres"],
+    "qos": lambda cluster: ["show", "qos", f"format={QOS_COLUMNS},{QOS_LIMIT_FORMAT}"],
     "assoc": lambda cluster: ["show", "assoc", "where", f"cluster={cluster}",
                               f"format={ASSOC_COLUMNS}"],
+    # every limit column, each row's own values (user rows otherwise show inherited ones)
+    "limits": lambda cluster: ["show", "assoc", "where", f"cluster={cluster}", "WOPLimits",
+                               f"format=account,user,partition,{ASSOC_LIMIT_FORMAT}"],
     "user": lambda cluster: ["show", "user", "where", f"cluster={cluster}",
                              "format=user,defaultaccount"],
     "defaults": lambda cluster: ["show", "assoc", "where", f"cluster={cluster}", "onlydefaults",
@@ -78,16 +91,19 @@ class DumpReader:
         return self.texts.get(what, "")
 
 
-def _rows(text: str, width: int) -> list[list[str]]:
+def _rows(text: str, width: int, minimum: int | None = None) -> list[list[str]]:
+    """Rows of ``width`` cells; with ``minimum``, shorter rows (dumps made before more
+    columns were read) are padded with blanks."""
     rows = []
+    least = width if minimum is None else minimum
     for line in text.splitlines():
         if not line.strip():
             continue
         cells = line.split("|")
-        if len(cells) < width:
+        if len(cells) < least:
             raise ExternalError(f"unexpected sacctmgr output line {line!r} "
                                 f"(expected {width} columns)")
-        rows.append(cells[:width])
+        rows.append((cells + [""] * width)[:width])
     return rows
 
 
@@ -97,26 +113,32 @@ def _int_or_none(cell: str) -> int | None:
 
 def parse_qos(text: str) -> dict[str, QOSState]:
     found = {}
-    for name, description, priority, flags, grp, user, job in _rows(text, 7):
+    for row in _rows(text, 7 + len(QOS_LIMITS), minimum=7):
+        name, description, priority, flags, grp, user, job = row[:7]
         if name == "normal":
             continue
         owner = description[len(OWNER_PREFIX):] if description.startswith(OWNER_PREFIX) else None
         found[name] = QOSState(name, parse_tres(grp), parse_tres(user), parse_tres(job),
                                int(priority or 0),
-                               frozenset(f for f in flags.split(",") if f), owner)
+                               frozenset(f for f in flags.split(",") if f), owner,
+                               parse_limits(row[7:], QOS_LIMITS))
     return found
 
 
-def parse_associations(text: str) -> tuple[dict[str, AccountState],
-                                           dict[AssocKey, AssocState]]:
+def parse_associations(text: str, root_users: frozenset[str] = ROOT_USERS) -> tuple[
+        dict[str, AccountState], dict[AssocKey, AssocState]]:
     """Account rows are the rows without a user (never "rows without a partition": a
     user association may have no partition). User rows show inherited limits, so limits
-    come from account rows only."""
+    come from account rows only (the ``limits`` read has each row's own).
+
+    Only root's own rows are skipped: the ``root`` account row and the associations of
+    ``root_users`` under it. Anyone else under ``root`` (``sacctmgr add user dave
+    account=root``) can run jobs, so they are drift like any unwanted association."""
     accounts: dict[str, AccountState] = {}
     associations: dict[AssocKey, AssocState] = {}
     for (account, user, partition, qos, default_qos, max_jobs, grp_jobs, max_submit,
          max_wall) in _rows(text, 9):
-        if account == "root":
+        if account == "root" and (not user or user in root_users):
             continue
         if not user:
             accounts[account] = AccountState(account, _int_or_none(max_jobs),
@@ -128,15 +150,56 @@ def parse_associations(text: str) -> tuple[dict[str, AccountState],
     return accounts, associations
 
 
-def parse_default_accounts(text: str) -> dict[str, str]:
+def parse_default_accounts(text: str,
+                           root_users: frozenset[str] = ROOT_USERS) -> dict[str, str]:
     return {user: account for user, account in _rows(text, 2)
-            if user and account and user != "root"}
+            if user and account and not (account == "root" and user in root_users)}
 
 
-def parse_default_rows(text: str) -> frozenset[AssocKey]:
+def parse_default_rows(text: str,
+                       root_users: frozenset[str] = ROOT_USERS) -> frozenset[AssocKey]:
     return frozenset(AssocKey(user, account, partition)
                      for user, account, partition in _rows(text, 3)
-                     if user and account != "root")
+                     if user and not (account == "root" and user in root_users))
+
+
+def parse_limit_rows(text: str) -> dict[tuple[str, str, str], Limits]:
+    """(account, user, partition) -> the limits set on that row itself (WOPLimits read);
+    an account row has user ``""``. Rows without any limit are left out."""
+    found = {}
+    for row in _rows(text, 3 + len(ASSOC_LIMITS)):
+        limits = parse_limits(row[3:], ASSOC_LIMITS)
+        if limits:
+            found[(row[0], row[1], row[2])] = limits
+    return found
+
+
+def with_limits(accounts: dict[str, AccountState], associations: dict[AssocKey, AssocState],
+                limits: dict[tuple[str, str, str], Limits]) -> None:
+    """Attach the limits the store does not manage to the rows cheeto owns (in place)."""
+    for name, state in accounts.items():
+        extra = tuple(x for x in limits.get((name, "", ""), ()) if x[0] not in ACCOUNT_MANAGED)
+        if extra:
+            accounts[name] = replace(state, extra=extra)
+    for key, assoc in associations.items():
+        if extra := limits.get((key.account, key.user, key.partition), ()):
+            associations[key] = replace(assoc, extra=extra)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What on the cluster cheeto leaves alone (config ``slurm.root_users`` and
+    ``slurm.unmanaged_accounts``): root's associations of these users, and these
+    accounts with everything under them. Every other account is cheeto's."""
+
+    root_users: frozenset[str] = ROOT_USERS
+    unmanaged_accounts: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, root_users: Iterable[str], unmanaged_accounts: Iterable[str]) -> Policy:
+        """From config lists; names are lowercased as slurmdbd stores them."""
+        return cls(frozenset(u.lower() for u in root_users),
+                   frozenset(a.lower() for a in unmanaged_accounts))
 
 
 def parse_coordinators(text: str, accounts: set[str]) -> dict[str, frozenset[str]]:
@@ -154,12 +217,20 @@ def parse_foreign_qos(text: str, cluster: str) -> frozenset[str]:
     return frozenset(used)
 
 
-async def actual_state(reader: StateReader, cluster: str) -> SlurmState:
+async def actual_state(reader: StateReader, cluster: str,
+                       policy: Policy | None = None) -> SlurmState:
     """The cluster's state without the two reads only deletions need (see
     ``with_deletion_facts``): on a large slurmdbd each costs as much as all the others."""
+    policy = policy or Policy()
     qos = parse_qos(await reader.read("qos", cluster))
-    accounts, associations = parse_associations(await reader.read("assoc", cluster))
-    defaults = parse_default_accounts(await reader.read("user", cluster))
+    accounts, associations = parse_associations(await reader.read("assoc", cluster),
+                                                policy.root_users)
+    if policy.unmanaged_accounts:
+        accounts = {n: a for n, a in accounts.items() if n not in policy.unmanaged_accounts}
+        associations = {k: v for k, v in associations.items()
+                        if k.account not in policy.unmanaged_accounts}
+    with_limits(accounts, associations, parse_limit_rows(await reader.read("limits", cluster)))
+    defaults = parse_default_accounts(await reader.read("user", cluster), policy.root_users)
     coordinators = parse_coordinators(await reader.read("coordinator", cluster), set(accounts))
     return SlurmState(cluster=cluster, qos=qos, accounts=accounts, associations=associations,
                       default_accounts=defaults, coordinators=coordinators)
@@ -171,7 +242,7 @@ async def with_deletion_facts(reader: StateReader, actual: SlurmState) -> SlurmS
     cluster = actual.cluster
     default_text = await reader.read("defaults", cluster)
     if default_text.strip():
-        default_rows = parse_default_rows(default_text)
+        default_rows = parse_default_rows(default_text, frozenset())
     else:  # offline without that dump: the rows on each user's default account
         default_rows = frozenset(k for k in actual.associations
                                  if actual.default_accounts.get(k.user) == k.account)
@@ -181,10 +252,18 @@ async def with_deletion_facts(reader: StateReader, actual: SlurmState) -> SlurmS
 
 async def read_user_state(runner: SAcctMgr, cluster: str,
                           user: str) -> tuple[dict[AssocKey, AssocState], str | None]:
-    """One user's associations and default account on ``cluster`` (for ``slurm why``)."""
+    """One user's associations (with the limits set on their own rows and on their
+    accounts' rows) and default account on ``cluster``, as slurmdbd holds them (for
+    ``slurm why``). Reads the whole cluster: sacctmgr has no cheaper exact filter that
+    also covers rows under ``root``."""
     reader = SAcctMgrReader(runner)
-    text = await reader.read("assoc", cluster)
-    _, associations = parse_associations(text)
+    _, associations = parse_associations(await reader.read("assoc", cluster),
+                                         frozenset())
     mine = {k: v for k, v in associations.items() if k.user == user}
-    defaults = parse_default_accounts(await reader.read("user", cluster))
+    limits = parse_limit_rows(await reader.read("limits", cluster))
+    for key, state in mine.items():
+        own = limits.get((key.account, key.user, key.partition), ())
+        parent = limits.get((key.account, "", ""), ())
+        mine[key] = replace(state, extra=tuple(sorted({*own, *parent})))
+    defaults = parse_default_accounts(await reader.read("user", cluster), frozenset())
     return mine, defaults.get(user)

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from ..models import (
     GroupMembership,
+    History,
     SlurmAccount,
     SlurmAllocation,
     SlurmAssociation,
@@ -198,4 +199,27 @@ async def desired_state(site_name: str, *, now: datetime | None = None) -> Slurm
         cluster=cluster, qos=qos,
         accounts={name: _account_state(a) for name, a in accounts.items()},
         associations=associations, default_accounts=default_accounts,
-        coordinators=coordinators, notes=tuple(notes))
+        coordinators=coordinators, notes=tuple(notes), renames=await user_renames())
+
+
+async def user_renames() -> dict[str, str]:
+    """Every old user name -> the name that user has now, from ``rename_user`` History
+    rows (one indexed query). Chains resolve to the last name; a name renamed away and
+    back maps to nothing. The plan only acts on names slurmdbd still holds, so the map
+    never needs pruning for correctness."""
+    rows = await History.find({"op": "rename_user"}).sort(+History.timestamp).to_list()
+    step = {}
+    for row in rows:
+        old, new = row.changes.get("user"), row.changes.get("new_name")
+        if isinstance(old, str) and isinstance(new, str):
+            step[old] = new
+            step.pop(new, None)  # the new name is current again
+    final = {}
+    for old in step:
+        name, seen = old, {old}
+        while name in step and step[name] not in seen:
+            name = step[name]
+            seen.add(name)
+        if name != old:
+            final[old] = name
+    return final

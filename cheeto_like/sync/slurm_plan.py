@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from .slurm_limits import ASSOC_LIMITS, QOS_LIMITS, reset_args
 from .slurm_state import (
     TRES,
     AccountState,
@@ -38,6 +39,7 @@ Kind = Literal["add", "modify", "default", "coordinator", "delete"]
 MAX_NAMES_PER_COMMAND = 100  # keeps command lines far below ARG_MAX and errors readable
 
 BATCH_ORDER: tuple[tuple[str, Kind], ...] = (
+    ("rename users", "modify"),
     ("add qos", "add"),
     ("modify qos", "modify"),
     ("add accounts", "add"),
@@ -83,6 +85,8 @@ class Plan:
     batches: tuple[Batch, ...]
     conflicts: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    # (association target, QOS) for every QOS a "modify associations" command drops
+    qos_removed: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_empty(self) -> bool:
@@ -98,6 +102,25 @@ class Plan:
         return [t for b in self.batches if b.kind == "delete" for c in b.commands
                 for t in c.targets]
 
+    def command_removals(self, batch: Batch, command: Command) -> int:
+        """How many removals one command makes: every target of a delete or coordinator
+        removal, and every QOS it drops from an association."""
+        if batch.kind == "delete" or batch.label == "remove coordinators":
+            return len(command.targets)
+        if batch.label == "modify associations":
+            targets = set(command.targets)
+            return sum(1 for assoc, _ in self.qos_removed if assoc in targets)
+        return 0
+
+    @property
+    def removals(self) -> list[str]:
+        """Everything the plan takes away, for the deletion cap and the daily budget:
+        deletions, coordinator removals and QOS dropped from associations."""
+        coordinators = [t for b in self.batches if b.label == "remove coordinators"
+                        for c in b.commands for t in c.targets]
+        dropped = [f"qos {qos} from {assoc}" for assoc, qos in self.qos_removed]
+        return self.deletions + coordinators + dropped
+
     @property
     def counts(self) -> dict[str, int]:
         """items per batch label (entities changed, not processes)."""
@@ -106,7 +129,8 @@ class Plan:
     def as_dict(self) -> dict[str, object]:
         return {
             "cluster": self.cluster, "processes": self.processes,
-            "deletions": len(self.deletions), "counts": self.counts,
+            "deletions": len(self.deletions), "removals": len(self.removals),
+            "counts": self.counts,
             "conflicts": list(self.conflicts), "notes": list(self.notes),
             "batches": [{"label": b.label, "kind": b.kind,
                          "commands": [{"args": list(c.args), "targets": list(c.targets)}
@@ -167,6 +191,8 @@ def _qos_shape(want: QOSState, have: QOSState | None, cluster: str) -> tuple[str
         args.append(f"Flags={','.join(sorted(want.flags)) or '-1'}")
     if have is None or have.owner != cluster:
         args.append(f"Description={owner_tag(cluster)}")
+    if have is not None:  # limits set by hand: the store wants none
+        args.extend(reset_args(have.extra, QOS_LIMITS))
     return tuple(args)
 
 
@@ -182,7 +208,7 @@ def _plan_qos(desired: SlurmState, actual: SlurmState,
             continue
         if have is None:
             adds.append((_qos_shape(want, None, cluster), name))
-        elif not want.limits_equal(have) or have.owner != cluster:
+        elif not want.limits_equal(have) or have.owner != cluster or have.extra:
             modifies.append((_qos_shape(want, have, cluster), name))
     stale = []
     for name, have in sorted(actual.qos.items()):
@@ -220,8 +246,9 @@ def _plan_accounts(desired: SlurmState,
         have = actual.accounts.get(name)
         if have is None:
             adds.append((_account_limits(want), name))
-        elif have.limits != want.limits:
-            modifies.append((_account_limits(want), name))
+        elif have.limits != want.limits or have.extra:
+            modifies.append(((*_account_limits(want), *reset_args(have.extra, ASSOC_LIMITS)),
+                             name))
     stale = sorted(set(actual.accounts) - set(desired.accounts))
     add_cmds = _grouped(adds, lambda shape, names: Command(
         ("add", "account", ",".join(names), f"cluster={cluster}", *shape),
@@ -293,9 +320,14 @@ def _plan_associations(desired: SlurmState, actual: SlurmState) -> tuple[
     modifies = []
     for key, want in desired.associations.items():
         have = actual.associations.get(key)
-        if have is not None and (have.qos != want.qos
-                                 or (want.default_qos or min(want.qos)) != have.default_qos):
-            modifies.append(((key.account, key.partition, _assoc_settings(want)), key.user))
+        if have is None:
+            continue
+        qos_differs = (have.qos != want.qos
+                       or (want.default_qos or min(want.qos)) != have.default_qos)
+        if qos_differs or have.extra:
+            settings = (*(_assoc_settings(want) if qos_differs else ()),
+                        *reset_args(have.extra, ASSOC_LIMITS))  # limits set by hand
+            modifies.append(((key.account, key.partition, settings), key.user))
     defaults_after = default_rows_after(desired, actual)
     stale_plain, stale_default = [], []
     for key in actual.associations:
@@ -385,6 +417,7 @@ def plan(desired: SlurmState, actual: SlurmState) -> Plan:
         raise ValueError(f"desired state is for {desired.cluster!r}, actual for "
                          f"{actual.cluster!r}")
     conflicts: list[str] = []
+    renames, actual = plan_renames(desired, actual)
     qos_add, qos_mod, qos_del = _plan_qos(desired, actual, conflicts)
     acc_add, acc_mod, acc_del = _plan_accounts(desired, actual)
     adds = _plan_adds(desired, actual)
@@ -393,7 +426,7 @@ def plan(desired: SlurmState, actual: SlurmState) -> Plan:
     defaults = _plan_defaults(desired, actual, adds.first_account)
     coord_add, coord_del = _plan_coordinators(desired, actual)
     by_label = {
-        "add qos": qos_add, "modify qos": qos_mod, "add accounts": acc_add,
+        "rename users": renames, "add qos": qos_add, "modify qos": qos_mod, "add accounts": acc_add,
         "modify accounts": acc_mod, "add associations": assoc_add,
         "modify associations": assoc_mod, "set default accounts": defaults,
         "add coordinators": coord_add, "remove coordinators": coord_del,
@@ -402,4 +435,52 @@ def plan(desired: SlurmState, actual: SlurmState) -> Plan:
     }
     batches = tuple(Batch(label, kind, tuple(by_label[label]))
                     for label, kind in BATCH_ORDER if by_label[label])
-    return Plan(desired.cluster, batches, tuple(conflicts), tuple(desired.notes))
+    return Plan(desired.cluster, batches, tuple(conflicts), tuple(desired.notes),
+                qos_removed=qos_dropped(desired, actual))
+
+
+def qos_dropped(desired: SlurmState, actual: SlurmState) -> tuple[tuple[str, str], ...]:
+    """(association, QOS) for each QOS an association keeps existing but loses: a removal
+    the deletion cap and budget count, like deleting the association would be."""
+    dropped = []
+    for key, want in sorted(desired.associations.items()):
+        have = actual.associations.get(key)
+        if have is not None:
+            dropped.extend((str(key), qos) for qos in sorted(have.qos - want.qos))
+    return tuple(dropped)
+
+
+def plan_renames(desired: SlurmState, actual: SlurmState) -> tuple[list[Command], SlurmState]:
+    """``modify user where name=OLD set newname=NEW`` for every user the store renamed
+    whom slurmdbd still knows by an old name, and ``actual`` as it will be afterwards.
+
+    Renaming keeps the user's default account in slurmctld and their fair-share usage;
+    adding the new name and deleting the old one leaves slurmctld with
+    ``DefAccount=(null)`` for the new name (docs/sacctmgr-notes.md §11). Only when the
+    old name is no longer wanted and the new one is wanted but absent: a name reused by
+    someone else since, or a rename already applied, plans nothing. The user record is
+    global in slurmdbd, so this renames them on every cluster sharing it.
+    """
+    present = set(actual.user_accounts()) | set(actual.default_accounts)
+    wanted = set(desired.user_accounts())
+    moves = {old: new for old, new in desired.renames.items()
+             if old in present and old not in wanted and new in wanted
+             and new not in present}
+    if not moves:
+        return [], actual
+    commands = [Command(("modify", "user", "where", f"name={old}", "set", f"newname={new}"),
+                        (f"rename {old}={new}",)) for old, new in sorted(moves.items())]
+
+    def name(user: str) -> str:
+        return moves.get(user, user)
+
+    renamed = replace(
+        actual,
+        associations={AssocKey(name(k.user), k.account, k.partition): v
+                      for k, v in actual.associations.items()},
+        default_accounts={name(u): a for u, a in actual.default_accounts.items()},
+        default_rows=frozenset(AssocKey(name(k.user), k.account, k.partition)
+                               for k in actual.default_rows),
+        coordinators={a: frozenset(name(u) for u in users)
+                      for a, users in actual.coordinators.items()})
+    return commands, renamed

@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .slurm_limits import Limits
+
 # TRES: sorted ((key, value), …); a key that is absent is unlimited.
 TRES = tuple[tuple[str, int], ...]
 OWNER_PREFIX = "cheeto:"  # QOS Description tag marking which cluster manages a QOS
@@ -83,6 +85,7 @@ class QOSState:
     priority: int = 0
     flags: frozenset[str] = frozenset()
     owner: str | None = None  # cluster named by the Description tag, if any
+    extra: Limits = ()  # actual side: limits the store does not manage (to be cleared)
 
     def limits_equal(self, other: QOSState) -> bool:
         return (self.group, self.user, self.job, self.priority, self.flags) == (
@@ -96,6 +99,7 @@ class AccountState:
     max_group_jobs: int | None = None
     max_submit_jobs: int | None = None
     max_wall_minutes: int | None = None
+    extra: Limits = ()  # actual side: other limits set on the account row (to be cleared)
 
     @property
     def limits(self) -> tuple[int | None, int | None, int | None, int | None]:
@@ -119,6 +123,7 @@ class AssocKey:
 class AssocState:
     qos: frozenset[str]
     default_qos: str | None = None
+    extra: Limits = ()  # actual side: limits set on the user row itself (to be cleared)
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,10 @@ class SlurmState:
     default_rows: frozenset[AssocKey] = frozenset()
     foreign_qos: frozenset[str] = frozenset()
     notes: tuple[str, ...] = ()  # things the desired state could not include, and why
+    # desired side only: old user name -> current name, for every rename in History;
+    # the plan renames a user still known by an old name (``newname``) instead of
+    # adding the new name and deleting the old one (docs/sacctmgr-notes.md §11)
+    renames: Mapping[str, str] = field(default_factory=dict)
 
     def user_accounts(self) -> dict[str, set[str]]:
         """user -> accounts they have at least one association in."""

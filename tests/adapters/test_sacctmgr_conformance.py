@@ -887,6 +887,89 @@ def test_coordinators(mgr: Mgr) -> None:
     assert every["cfa_co2"] == "" and "cfa_co" in every
 
 
+# ================================================================= §10 every limit column
+
+
+def test_every_limit_column_reads_back_and_minus_one_clears_it(mgr: Mgr) -> None:
+    """The column names the sync reads (``format=``) and writes (``set``) for limits the
+    store does not manage; user rows read with WOPLimits show only their own values."""
+    from cheeto_like.sync.slurm_limits import (
+        ASSOC_LIMIT_FORMAT,
+        ASSOC_LIMITS,
+        QOS_LIMIT_FORMAT,
+        QOS_LIMITS,
+        parse_limits,
+        reset_args,
+    )
+
+    c = mgr.cluster("cflim")
+    mgr.run("add", "account", "cfa_lim", f"cluster={c}")
+    mgr.run("add", "user", "cfu_lim", "account=cfa_lim", f"cluster={c}")
+    mgr.run("add", "qos", "cfq_lim")
+
+    def sample(set_name: str, is_tres: bool) -> str:
+        return f"{set_name}=cpu=3" if is_tres else f"{set_name}=3"
+
+    assoc_sets = [sample(n, t) for _, n, t in ASSOC_LIMITS]
+    mgr.run("modify", "user", "where", "name=cfu_lim", "account=cfa_lim", f"cluster={c}",
+            "set", *assoc_sets)
+    rows = {(r[0], r[1]): r[3:] for r in mgr.rows(
+        "show", "assoc", "where", f"cluster={c}", "WOPLimits",
+        f"format=account,user,partition,{ASSOC_LIMIT_FORMAT}")}
+    mine = parse_limits(rows[("cfa_lim", "cfu_lim")], ASSOC_LIMITS)
+    assert {k for k, _ in mine} == {n for _, n, _ in ASSOC_LIMITS}  # every column set
+    assert dict(mine)["GrpWall"] == "00:03:00" and dict(mine)["MaxTRES"] == "cpu=3"
+    assert parse_limits(rows[("cfa_lim", "")], ASSOC_LIMITS) == ()  # not inherited upward
+    mgr.run("modify", "user", "where", "name=cfu_lim", "account=cfa_lim", f"cluster={c}",
+            "set", *reset_args(mine, ASSOC_LIMITS))
+    rows = {(r[0], r[1]): r[3:] for r in mgr.rows(
+        "show", "assoc", "where", f"cluster={c}", "WOPLimits",
+        f"format=account,user,partition,{ASSOC_LIMIT_FORMAT}")}
+    assert parse_limits(rows[("cfa_lim", "cfu_lim")], ASSOC_LIMITS) == ()
+
+    mgr.run("modify", "qos", "where", "name=cfq_lim", "set",
+            *[sample(n, t) for _, n, t in QOS_LIMITS])
+    (row,) = mgr.rows("show", "qos", "where", "name=cfq_lim", f"format=name,{QOS_LIMIT_FORMAT}")
+    qos = parse_limits(row[1:], QOS_LIMITS)
+    assert {k for k, _ in qos} == {n for _, n, _ in QOS_LIMITS}
+    mgr.run("modify", "qos", "where", "name=cfq_lim", "set", *reset_args(qos, QOS_LIMITS))
+    (row,) = mgr.rows("show", "qos", "where", "name=cfq_lim", f"format=name,{QOS_LIMIT_FORMAT}")
+    assert parse_limits(row[1:], QOS_LIMITS) == ()
+
+
+# ================================================================= §11 renames
+
+
+def test_newname_renames_a_user_everywhere_and_accounts_cannot_be_renamed(mgr: Mgr) -> None:
+    c1, c2 = mgr.cluster("cfren1"), mgr.cluster("cfren2")
+    mgr.run("add", "account", "cfa_ren", f"cluster={c1}")
+    mgr.run("add", "account", "cfa_ren", f"cluster={c2}")
+    mgr.run("add", "user", "cfu_ren_old", "account=cfa_ren", f"cluster={c1}")
+    mgr.run("add", "user", "cfu_ren_old", "account=cfa_ren", f"cluster={c2}")
+    mgr.run("add", "user", "cfu_ren_other", "account=cfa_ren", f"cluster={c1}")
+    mgr.run("add", "coordinator", "account=cfa_ren", "names=cfu_ren_old")
+    # cluster= does not scope it: the user record is global
+    mgr.run("modify", "user", "where", "name=cfu_ren_old", f"cluster={c1}", "set",
+            "newname=cfu_ren_new")
+    for cluster in (c1, c2):
+        users = {r[1] for r in mgr.user_assocs(cluster)}
+        assert "cfu_ren_new" in users and "cfu_ren_old" not in users
+    assert mgr.defaults(c1)["cfu_ren_new"] == "cfa_ren"
+    assert mgr.coordinators("cfa_ren") == ["cfu_ren_new"]
+    # the old name is gone: nothing matches; a taken new name is refused with rc 1
+    assert _lines(mgr.fails("modify", "user", "where", "name=cfu_ren_old", "set",
+                            "newname=x").stdout) == ["Nothing modified"]
+    taken = mgr.fails("modify", "user", "where", "name=cfu_ren_other", "set",
+                      "newname=cfu_ren_new")
+    assert _lines(taken.stdout) == ["Nothing modified"] and taken.stderr.strip()
+    # accounts have no rename in 22.05
+    for form in ("name=cfa_ren2", "newname=cfa_ren2"):
+        refused = mgr.fails("modify", "account", "where", "name=cfa_ren", "set", form)
+        assert refused.stderr.strip() in ("Can't modify the name of an account",
+                                          "Unknown option: newname=cfa_ren2\n Use keyword "
+                                          "'where' to modify condition")
+
+
 # ================================================================= multi-cluster isolation
 
 

@@ -19,6 +19,16 @@ async def test_config_show_masks_secrets(cli, tmp_path, cli_config):
     assert data["daemon"]["broker_url"] == "amqp://cheeto:********@mq:5672//"
 
 
+async def test_config_show_masks_a_password_containing_at(cli, tmp_path):
+    cfg = tmp_path / "at.yaml"
+    cfg.write_text("daemon:\n  default:\n    broker_url: amqp://cheeto:pa@ss-w0rd@mq:5672//\n")
+    for fmt in ("--json", "--yaml"):
+        r = await cli("config", "show", fmt, config=cfg)
+        assert r.code == 0, r.stderr
+        assert "ss-w0rd" not in r.stdout and "pa@" not in r.stdout
+    assert r.yaml()["daemon"]["broker_url"] == "amqp://cheeto:********@mq:5672//"
+
+
 async def test_bad_config_is_one_line_exit_2(cli, tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("mongo:\n  default:\n    port_number: 5\n")

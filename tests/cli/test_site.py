@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
+
 from cheeto_like.models import GroupMembership, History, Site, UserSiteInfo
 
 
@@ -77,7 +80,7 @@ async def test_remove_with_dependents_needs_force(cli, db):
     r = await cli("ng", "site", "remove", "-s", "farm")
     assert r.code == 2
     assert "user_site_info" in r.stderr and "group_membership" in r.stderr
-    assert "confirm or pass --force" in r.stderr
+    assert "confirm on a terminal or pass --force" in r.stderr
     assert await Site.find_one(Site.name == "farm") is not None
 
     r = await cli("ng", "site", "rm", "-s", "farm", "--force")
@@ -86,7 +89,51 @@ async def test_remove_with_dependents_needs_force(cli, db):
     assert await UserSiteInfo.count() == 0 and await GroupMembership.count() == 0
 
 
-async def test_remove_bare_site_needs_no_force(cli, db):
+class _Terminal(io.StringIO):
+    """Typed answers on what the CLI takes for a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+async def _on_terminal(cli_config, store, answer: str, *argv: str) -> tuple[int, str]:
+    from cheeto_like.cli import main
+
+    err = io.StringIO()
+    code = await asyncio.to_thread(main, [*argv, "--config", str(cli_config)],
+                                   stdout=io.StringIO(), stderr=err, stdin=_Terminal(answer))
+    await store.bind(create_indexes=False)
+    return code, err.getvalue()
+
+
+async def test_remove_lists_aliases_and_refuses_without_terminal(cli, db):
+    """A site with only an alias is still confirmed: the alias is listed and, without a
+    terminal, nothing is removed unless --force."""
     await cli("ng", "site", "new", "-s", "farm", "--fqdn", "farm.example.org")
+    await cli("ng", "site", "alias", "add", "-s", "farm", "caesfarm")
     r = await cli("ng", "site", "remove", "-s", "farm")
+    assert r.code == 2
+    assert "caesfarm" in r.stderr and "farm.example.org" in r.stderr
+    assert r.error_lines[-1] == ("error: not removing site 'farm' (alias=1); confirm on a "
+                                 "terminal or pass --force")
+    assert await Site.find_one(Site.name == "farm") is not None
+    assert await History.find({"op": "remove_site"}).count() == 0
+
+    r = await cli("ng", "site", "remove", "-s", "farm", "--force")
     assert r.code == 0, r.stderr
+    assert await Site.find_one(Site.name == "farm") is None
+    [row] = await History.find({"op": "remove_site"}).to_list()
+    assert row.changes["aliases"] == ["caesfarm"]
+    assert row.changes["fqdn"] == "farm.example.org"
+
+
+async def test_remove_asks_on_a_terminal(cli, cli_config, store, db):
+    await cli("ng", "site", "new", "-s", "farm", "--fqdn", "farm.example.org")
+    code, err = await _on_terminal(cli_config, store, "n\n", "ng", "site", "remove", "-s", "farm")
+    assert code == 2 and "Delete site farm and these records? [y/N]" in err
+    assert "no dependents" in err
+    assert await Site.find_one(Site.name == "farm") is not None
+
+    code, err = await _on_terminal(cli_config, store, "y\n", "ng", "site", "remove", "-s", "farm")
+    assert code == 0, err
+    assert await Site.find_one(Site.name == "farm") is None

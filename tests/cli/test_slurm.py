@@ -156,17 +156,22 @@ async def test_sync_dry_run_apply_json_and_why(cli, farm, slurm_env, tmp_path):
     assert data["processes"] == len(dump.read_text().splitlines())
     r = await ok(cli, "ng", "slurm", "sync", "-s", farm, "--apply")
     assert "APPLIED" in r.stderr and "0 failed" in r.stderr
-    r = await ok(cli, "ng", "slurm", "sync", "-s", farm, "--json")
-    assert r.json()["processes"] == 0
 
     why = (await ok(cli, "ng", "slurm", "why", "-s", farm, "-u", f"{farm}u0", "--json")).json()
     assert why["can_submit"] is True and why["slurmdbd"]["missing"] == []
     assert why["last_sync"]["status"] == "ok"
     assert any(c["batch"] == "add associations" for c in why["last_sync"]["commands_for_user"])
+    r = await ok(cli, "ng", "slurm", "sync", "-s", farm, "--json")
+    assert r.json()["processes"] == 0
     await ok(cli, "ng", "user", "status", "-u", f"{farm}u0", "--status", "inactive", "--reason",
              "x")
     why = (await ok(cli, "ng", "slurm", "why", "-s", farm, "-u", f"{farm}u0", "--json")).json()
-    assert why["can_submit"] is False
+    # slurmdbd still holds the association (no slurmctld here): they can submit until the
+    # next sync, and the answer says so (issue 11, item 4)
+    assert why["slurmctld"]["checked"] is False
+    assert why["can_submit"] is True and why["verdict_from"] == "slurmdbd"
+    assert why["wanted"]["can_submit"] is False
+    assert "the next sync removes it" in why["summary"]
     assert why["eligibility"]["blocked_by"] == ["status is inactive"]
     assert why["slurmdbd"]["unexpected"] == [f"{farm}u0@{lab}/gpu"]
 
@@ -199,3 +204,22 @@ async def test_sync_without_sacctmgr_is_one_clear_line(cli, farm, monkeypatch):
     r = await cli("ng", "slurm", "sync", "-s", farm)
     assert r.code == 1
     assert r.error_lines[-1].startswith("error: sacctmgr not found on PATH")
+
+
+async def test_sync_and_why_take_a_sacctmgr_path(cli, farm, slurm_env, tmp_path):
+    """`--sacctmgr PATH` like the daemon's `slurm_sync.sacctmgr` (issue 11, item 7)."""
+    slurm_env.add_cluster(farm)
+    await ok(cli, "ng", "slurm", "partition", "new", "-s", farm, "-n", "gpu")
+    await ok(cli, "ng", "slurm", "provision", "-g", f"{farm}lab", "-s", farm, "--partition",
+             "gpu")
+    log = tmp_path / "calls.log"
+    wrapper = tmp_path / "my-sacctmgr"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec sacctmgr "$@"\n')
+    wrapper.chmod(0o755)
+    await ok(cli, "ng", "slurm", "sync", "-s", farm, "--apply", "--sacctmgr", str(wrapper))
+    assert any(line.startswith("-i add user") for line in log.read_text().splitlines())
+    await ok(cli, "ng", "slurm", "why", "-s", farm, "-u", f"{farm}u0", "--sacctmgr",
+             str(wrapper), "--no-slurmctld")
+    assert "WOPLimits" in log.read_text()  # why read the limits through it too
+    r = await cli("ng", "slurm", "sync", "-s", farm, "--sacctmgr", str(tmp_path / "nope"))
+    assert r.code == 1 and "not found" in r.stderr and "Traceback" not in r.stderr

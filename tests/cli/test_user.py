@@ -44,7 +44,7 @@ async def test_new_generic_with_generated_password(cli, db):
     (["--uid", "-1"], "outside 0..4294967295"),
     (["--uid", "10", "--shell", "/bin/fish"], "not allowed"),
     (["--uid", "10", "--email", "not-an-email"], "not a valid e-mail"),
-    (["--uid", "10", "--status", "retired"], "unknown status"),
+    (["--uid", "10", "--status", "retired"], "invalid choice: 'retired'"),
     (["--uid", "10", "--access", "teleport"], "unknown access type"),
 ])
 async def test_new_generic_bad_input(cli, db, argv, message):

@@ -1,7 +1,7 @@
 """The REST API in process (httpx.ASGITransport) on the golden ``farm`` site.
 
 Covers the key check (401 before anything else), site resolution by name, fqdn and alias
-(case-insensitive), 404 for unknown sites (no global fallback), text vs JSON by
+(case-insensitive), 404 for unknown sites (no global fallback), JSON vs text by
 ``Accept``, the storage export, /healthz, the prefix, the open mode, and that reads
 write nothing. The same app under a live uvicorn is in ``test_api_live.py``.
 """
@@ -9,6 +9,7 @@ write nothing. The same app under a live uvicorn is in ``test_api_live.py``.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from cheeto_like.daemon.api import (
     check_bind,
     create_api,
     is_loopback,
-    prefers_json,
+    prefers_text,
     uvicorn_options,
 )
 from cheeto_like.errors import InvalidInput
@@ -34,7 +35,7 @@ from cheeto_like.store import Store
 from tests.exports.test_golden import seed
 from tests.factories import AUTHOR, make_site
 
-KEY = "test-api-key-0123456789"
+KEY = "test-api-key-0123456789-abcdefghijklmnop"
 GOLDEN = Path(__file__).parent.parent / "exports" / "golden"
 ROOT_TEXT = (GOLDEN / "farm.root.pub").read_text()
 STORAGE = YAML(typ="safe").load((GOLDEN / "farm.storage.yaml").read_text())
@@ -67,6 +68,7 @@ async def client(seeded: Store) -> AsyncIterator[httpx.AsyncClient]:
 
 AUTH = {"X-API-Key": KEY}
 JSON = {**AUTH, "Accept": "application/json"}
+TEXT = {**AUTH, "Accept": "text/plain"}
 
 
 # -- the key ---------------------------------------------------------------------------
@@ -86,10 +88,10 @@ async def test_missing_or_wrong_key_is_401(client, path, headers):
 
 
 async def test_a_non_ascii_key_works(seeded):
-    async with client_for(seeded, api_key="clé-secrète-ünïcode") as http:
-        good = {"X-API-Key": "clé-secrète-ünïcode".encode()}
+    async with client_for(seeded, api_key="clé-secrète-ünïcode-0123456789abcdef") as http:
+        good = {"X-API-Key": "clé-secrète-ünïcode-0123456789abcdef".encode()}
         assert (await http.get("/puppet/root-keys/farm", headers=good)).status_code == 200
-        bad = {"X-API-Key": "clé-secrète-ünïcode".encode("latin-1")}
+        bad = {"X-API-Key": "clé-secrète-ünïcode-0123456789abcdef".encode("latin-1")}
         assert (await http.get("/puppet/root-keys/farm", headers=bad)).status_code == 401
 
 
@@ -101,40 +103,43 @@ async def test_header_name_is_case_insensitive(client):
 # -- root keys ----------------------------------------------------------------------------
 
 
-async def test_root_keys_text_by_default(client):
-    r = await client.get("/puppet/root-keys/farm", headers=AUTH)
+@pytest.mark.parametrize("accept", [None, "*/*", "application/json"])
+async def test_root_keys_json_by_default(client, accept):
+    """The reference always answers JSON, and puppet code is written against it."""
+    headers = AUTH if accept is None else {**AUTH, "Accept": accept}
+    r = await client.get("/puppet/root-keys/farm", headers=headers)
     assert r.status_code == 200
-    assert r.headers["content-type"].startswith("text/plain")
-    assert r.text == ROOT_TEXT
+    assert r.headers["content-type"] == "application/json"
+    assert r.json() == {"root-ssh-public-keys": ROOT_LIST}
     assert r.headers["vary"] == "Accept"
     assert r.headers["cache-control"] == "no-store"
 
 
-async def test_root_keys_json_when_asked(client):
-    r = await client.get("/puppet/root-keys/farm", headers=JSON)
+async def test_root_keys_text_when_asked(client):
+    r = await client.get("/puppet/root-keys/farm", headers=TEXT)
     assert r.status_code == 200
-    assert r.headers["content-type"] == "application/json"
-    assert r.json() == {"root-ssh-public-keys": ROOT_LIST}
+    assert r.headers["content-type"].startswith("text/plain")
+    assert r.text == ROOT_TEXT
 
 
-@pytest.mark.parametrize(("accept", "json"), [
-    (None, False), ("*/*", False), ("text/plain", False), ("text/*", False),
-    ("application/json", True), ("application/*", True),
-    ("text/plain;q=0.5, application/json", True),
-    ("application/json;q=0.1, text/plain", False),
-    ("application/json, text/plain", False),  # a tie keeps the default
-    ("application/json;q=0.9, */*;q=0.1", True),
-    ("text/html", False), ("application/json;q=bogus", False), ("", False),
-    ("application/json;q=0, */*", False),
+@pytest.mark.parametrize(("accept", "text"), [
+    (None, False), ("*/*", False), ("text/plain", True), ("text/*", True),
+    ("application/json", False), ("application/*", False),
+    ("text/plain;q=0.5, application/json", False),
+    ("application/json;q=0.1, text/plain", True),
+    ("application/json, text/plain", False),  # a tie keeps the default (JSON)
+    ("text/plain;q=0.9, */*;q=0.1", True),
+    ("text/html", False), ("text/plain;q=bogus", False), ("", False),
+    ("text/plain;q=0, */*", False),
 ])
-def test_accept_negotiation(accept, json):
-    assert prefers_json(accept) is json
+def test_accept_negotiation(accept, text):
+    assert prefers_text(accept) is text
 
 
 @pytest.mark.parametrize("value", ["farm", "FARM", "farm.hpc.example.org",
                                    "Farm.HPC.example.org", "caesfarm", "CaesFarm"])
 async def test_site_by_name_fqdn_or_alias(client, value):
-    text = await client.get(f"/puppet/root-keys/{value}", headers=AUTH)
+    text = await client.get(f"/puppet/root-keys/{value}", headers=TEXT)
     assert (text.status_code, text.text) == (200, ROOT_TEXT)
     data = await client.get(f"/puppet/root-keys/{value}", headers=JSON)
     assert data.json() == {"root-ssh-public-keys": ROOT_LIST}
@@ -143,7 +148,7 @@ async def test_site_by_name_fqdn_or_alias(client, value):
 
 
 async def test_site_without_admins_has_no_keys(client):
-    r = await client.get("/puppet/root-keys/peak", headers=AUTH)
+    r = await client.get("/puppet/root-keys/peak", headers=TEXT)
     assert (r.status_code, r.text) == (200, "")
     r = await client.get("/puppet/root-keys/peak", headers=JSON)
     assert r.json() == {"root-ssh-public-keys": []}
@@ -195,7 +200,9 @@ async def test_healthz_503_when_the_store_does_not_answer(seeded):
     finally:
         await dead.close()
     assert r.status_code == 503
-    assert r.json()["status"] == "unavailable"
+    # no key is needed for /healthz, so it must not map the network behind the API
+    assert r.json() == {"status": "unavailable", "detail": "the store does not answer"}
+    assert "127.0.0.1" not in r.text and ":9" not in r.text
 
 
 async def test_openapi_document(client):
@@ -214,6 +221,32 @@ async def test_openapi_document(client):
     assert (await client.get("/docs")).status_code == 200
 
 
+@pytest.mark.parametrize(("prefix", "root_path"), [("", ""), ("cheeto", ""), ("", "proxied")])
+async def test_docs_work_offline(seeded, prefix, root_path):
+    """/docs names no outside host: Swagger UI's script, style and icon are served by the
+    API itself (under the prefix and behind a proxy's root_path too)."""
+    app = create_api(Config(api=ApiConfig(api_key=KEY, prefix=prefix)), store=seeded)
+    transport = httpx.ASGITransport(app=app, root_path=f"/{root_path}" if root_path else "")
+    base = "".join(f"/{part}" for part in (root_path, prefix) if part)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+        r = await http.get(f"{base}/docs")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+        hosts = re.findall(r"(?:https?:)?//[A-Za-z0-9.-]+", r.text)
+        assert hosts == [], hosts
+        assets = re.findall(r'(?:src|href)="([^"]+)"', r.text)
+        assert len(assets) == 3 and all(a.startswith(f"{base}/static/swagger-ui/")
+                                        for a in assets)
+        assert f"url: '{base}/openapi.json'" in r.text
+        assert '"validatorUrl": null' in r.text
+        for asset in assets:
+            served = await http.get(asset)
+            assert served.status_code == 200, asset
+            assert len(served.content) > 500
+        js = await http.get(f"{base}/static/swagger-ui/swagger-ui-bundle.js")
+        assert b"SwaggerUIBundle" in js.content
+        assert (await http.get(f"{base}/openapi.json")).status_code == 200
+
+
 async def test_reads_write_no_history(client):
     before = await History.find_all().count()
     for path in ("/puppet/root-keys/farm", "/puppet/storage/caesfarm", "/puppet/root-keys/x",
@@ -227,7 +260,7 @@ async def test_reads_write_no_history(client):
 
 async def test_prefix_mounts_everything_under_it(seeded):
     async with client_for(seeded, api_key=KEY, prefix="cheeto/") as http:
-        r = await http.get("/cheeto/puppet/root-keys/farm", headers=AUTH)
+        r = await http.get("/cheeto/puppet/root-keys/farm", headers=TEXT)
         assert (r.status_code, r.text) == (200, ROOT_TEXT)
         assert (await http.get("/puppet/root-keys/farm", headers=AUTH)).status_code == 404
         assert (await http.get("/cheeto/puppet/storage/farm")).status_code == 401
@@ -245,13 +278,13 @@ async def test_root_path_is_advertised(seeded):
     async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
         doc = (await http.get("/proxied/openapi.json")).json()
         assert doc["servers"] == [{"url": "/proxied"}]
-        r = await http.get("/proxied/puppet/root-keys/farm", headers=AUTH)
+        r = await http.get("/proxied/puppet/root-keys/farm", headers=TEXT)
         assert (r.status_code, r.text) == (200, ROOT_TEXT)
 
 
 async def test_open_mode_without_a_key(seeded):
     async with client_for(seeded) as http:
-        r = await http.get("/puppet/root-keys/farm")
+        r = await http.get("/puppet/root-keys/farm", headers={"Accept": "text/plain"})
         assert (r.status_code, r.text) == (200, ROOT_TEXT)
         r = await http.get("/puppet/storage/nowhere")
         assert r.status_code == 404
@@ -269,12 +302,21 @@ def test_is_loopback(host, loopback):
     assert is_loopback(host) is loopback
 
 
-def test_open_api_refuses_a_public_address():
-    with pytest.raises(InvalidInput, match=r"refusing to listen on 0\.0\.0\.0"):
+def test_open_api_refuses_to_start_without_insecure():
+    with pytest.raises(InvalidInput, match=r"refusing to serve on 0\.0\.0\.0"):
         check_bind(ApiConfig(), "0.0.0.0", insecure=False)
+    with pytest.raises(InvalidInput, match=r"refusing to serve\. Set api\.api_key"):
+        check_bind(ApiConfig(), "127.0.0.1", insecure=False)
     check_bind(ApiConfig(), "0.0.0.0", insecure=True)
-    check_bind(ApiConfig(), "127.0.0.1", insecure=False)
+    check_bind(ApiConfig(), "127.0.0.1", insecure=True)
     check_bind(ApiConfig(api_key=KEY), "0.0.0.0", insecure=False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("key", ["k" * 31, " " * 40, "short"])
+def test_short_api_key_is_refused(key):
+    with pytest.raises(ValidationError, match="shorter than 32 characters"):
+        ApiConfig(api_key=key)  # type: ignore[arg-type]
+    ApiConfig(api_key="k" * 32)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("given", "normal"), [
@@ -399,12 +441,12 @@ async def test_a_change_shows_after_the_ttl_or_at_once_uncached(seeded):
              " dave@spare")
     async with client_for(seeded, api_key=KEY, cache_seconds=3600) as cached, \
             client_for(seeded, api_key=KEY, cache_seconds=0) as fresh:
-        assert (await cached.get("/puppet/root-keys/farm", headers=AUTH)).text == ROOT_TEXT
+        assert (await cached.get("/puppet/root-keys/farm", headers=TEXT)).text == ROOT_TEXT
         await AddUserSshKey.run(seeded, AUTHOR, name="dave", key=extra)
         try:
-            stale = await cached.get("/puppet/root-keys/farm", headers=AUTH)
+            stale = await cached.get("/puppet/root-keys/farm", headers=TEXT)
             assert (stale.text, stale.headers["x-cache"]) == (ROOT_TEXT, "hit")
-            now = await fresh.get("/puppet/root-keys/farm", headers=AUTH)
+            now = await fresh.get("/puppet/root-keys/farm", headers=TEXT)
             assert "dave@spare" in now.text and now.headers["x-cache"] == "miss"
         finally:
             key = await SshKey.find_one({"user": "dave", "key": extra})

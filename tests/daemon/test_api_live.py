@@ -24,7 +24,7 @@ from tests.exports.test_golden import seed
 from tests.factories import AUTHOR
 from tests.services._proc import free_port, kill_procs, log_tails, spawn, wait_for
 
-KEY = "live-api-key-9876543210"
+KEY = "live-api-key-9876543210-abcdefghijklmnop"
 GOLDEN = Path(__file__).parent.parent / "exports" / "golden"
 ROOT_TEXT = (GOLDEN / "farm.root.pub").read_text()
 CHEETO = str(Path(sys.executable).parent / "cheeto")
@@ -113,12 +113,12 @@ def test_live_key_required(server):
     assert get(server, "/puppet/storage/nowhere").status_code == 401
 
 
-def test_live_text_and_json(server):
-    r = get(server, "/puppet/root-keys/farm", **{"X-API-Key": KEY})
+def test_live_json_and_text(server):
+    r = get(server, "/puppet/root-keys/farm", **{"X-API-Key": KEY, "Accept": "text/plain"})
     assert (r.status_code, r.text) == (200, ROOT_TEXT)
     assert r.headers["content-type"].startswith("text/plain")
     assert "server" not in r.headers
-    r = get(server, "/puppet/root-keys/farm", **{"X-API-Key": KEY, "Accept": "application/json"})
+    r = get(server, "/puppet/root-keys/farm", **{"X-API-Key": KEY})
     assert r.headers["content-type"] == "application/json"
     assert r.json() == {"root-ssh-public-keys": [line for line in ROOT_TEXT.splitlines()
                                                  if not line.startswith("#")]}
@@ -126,7 +126,7 @@ def test_live_text_and_json(server):
 
 @pytest.mark.parametrize("value", ["farm.hpc.example.org", "CAESFARM", "caesfarm"])
 def test_live_fqdn_and_alias(server, value):
-    r = get(server, f"/puppet/root-keys/{value}", **{"X-API-Key": KEY})
+    r = get(server, f"/puppet/root-keys/{value}", **{"X-API-Key": KEY, "Accept": "text/plain"})
     assert (r.status_code, r.text) == (200, ROOT_TEXT)
     r = get(server, f"/puppet/storage/{value}", **{"X-API-Key": KEY})
     assert r.status_code == 200 and set(r.json()) == {"zfs", "nfs"}
@@ -151,22 +151,34 @@ def run_cheeto(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[s
                           stdin=subprocess.DEVNULL, check=False)
 
 
-@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3"])
-def test_open_api_refuses_a_public_address(seeded, mongo_config, database, tmp_path, host):
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0", "::", "10.1.2.3"])
+def test_open_api_refuses_to_start(seeded, mongo_config, database, tmp_path, host):
+    """No api_key: no API, on loopback too, unless --insecure."""
     config = write_config(tmp_path / "open.yaml", mongo_config, database)
     r = run_cheeto("daemon", "api", "--config", str(config), "--host", host,
                    "--port", str(free_port()))
     assert r.returncode == 2
-    assert r.stderr.startswith(f"error: no api.api_key is configured, so the API is open; "
-                               f"refusing to listen on {host}")
-    assert "Traceback" not in r.stderr
+    where = "" if host == "127.0.0.1" else f" on {host}"
+    assert r.stderr.startswith(f"error: no api.api_key is configured, so the API would be "
+                               f"open; refusing to serve{where}.")
+    assert len(r.stderr.splitlines()) == 1
+
+
+def test_short_api_key_is_refused(seeded, mongo_config, database, tmp_path):
+    config = write_config(tmp_path / "short.yaml", mongo_config, database,
+                          api_key="x" * 31)
+    r = run_cheeto("daemon", "api", "--config", str(config), "--port", str(free_port()))
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [f"error: config {config}: api.default.api_key: api_key "
+                                     "is shorter than 32 characters (try: openssl rand -hex 24)"]
+    assert "x" * 31 not in r.stderr
 
 
 def test_open_api_on_a_public_address_with_insecure(seeded, mongo_config, database, tmp_path):
     config = write_config(tmp_path / "open.yaml", mongo_config, database)
     srv = Server(config, tmp_path / "api.log", "--host", "0.0.0.0", "--insecure").wait()
     try:
-        r = get(srv, "/puppet/root-keys/farm")
+        r = get(srv, "/puppet/root-keys/farm", Accept="text/plain")
         assert (r.status_code, r.text) == (200, ROOT_TEXT)
     finally:
         srv.stop()
@@ -184,7 +196,7 @@ def test_tls_from_config(seeded, mongo_config, database, tmp_path):
     srv = Server(config, tmp_path / "api.log", scheme="https",
                  verify=ssl.create_default_context(cafile=str(cert))).wait()
     try:
-        r = get(srv, "/puppet/root-keys/caesfarm", **{"X-API-Key": KEY})
+        r = get(srv, "/puppet/root-keys/caesfarm", **{"X-API-Key": KEY, "Accept": "text/plain"})
         assert (r.status_code, r.text) == (200, ROOT_TEXT)
         with pytest.raises(httpx.HTTPError):  # plain HTTP on the TLS port
             httpx.get(f"http://127.0.0.1:{srv.port}/healthz", timeout=5)
@@ -195,7 +207,7 @@ def test_tls_from_config(seeded, mongo_config, database, tmp_path):
 def test_missing_tls_files_are_one_line(tmp_path):
     config = tmp_path / "tls.yaml"
     config.write_text(f"api:\n  default:\n    tls_cert: {tmp_path}/nope.crt\n"
-                      f"    tls_key: {tmp_path}/nope.key\n")
+                      f"    tls_key: {tmp_path}/nope.key\n    api_key: {KEY}\n")
     r = run_cheeto("daemon", "api", "--config", str(config), "--port", str(free_port()))
     assert (r.returncode, r.stderr.strip()) == (
         2, f"error: api.tls_cert {tmp_path}/nope.crt is not a readable file")
@@ -205,11 +217,12 @@ def test_store_down_is_one_line(tmp_path):
     port = free_port()
     config = tmp_path / "down.yaml"
     config.write_text(f"mongo:\n  default:\n    timeout_seconds: 0.5\n    embedded:\n"
-                      f"      path: {tmp_path / 'store'}\n      port: {port}\n")
+                      f"      path: {tmp_path / 'store'}\n      port: {port}\n"
+                      f"api:\n  default:\n    api_key: {KEY}\n")
     r = run_cheeto("daemon", "api", "--config", str(config), "--port", str(free_port()))
     assert r.returncode == 1
     assert r.stderr.strip().splitlines() == [
-        f"error: the embedded store is not running on 127.0.0.1:{port} "
+        f"error: the embedded store is not running on unix:{tmp_path / 'store' / 'store.sock'} "
         "(start it with `cheeto db serve`)"]
     assert not (tmp_path / "store").exists()  # nothing was started behind our back
 

@@ -5,6 +5,8 @@ broker URL points at a port where nothing listens."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +91,90 @@ async def test_enqueue_with_the_broker_down_is_one_line_exit_1(cli, config, farm
     assert line.startswith(f"error: cannot reach the broker amqp://guest:********@127.0.0.1:"
                            f"{DEAD_BROKER_PORT}//: ")
     assert "Traceback" not in r.stderr
+
+
+async def test_enqueue_checks_the_config_before_connecting_to_the_store(cli, tmp_path):
+    """A config without a daemon section (or a bad task) is refused at once, exit 2, even
+    when the store it names is down (it is never contacted)."""
+    dead = tmp_path / "dead.yaml"
+    dead.write_text(f"mongo:\n  default:\n    uri: mongodb://127.0.0.1:{free_port()}/"
+                    "?directConnection=true\n    timeout_seconds: 30\n")
+    r = await cli("daemon", "enqueue", "sympa_export", config=dead)
+    assert r.code == 2 and "no daemon section in the config" in one_error(r)
+    with dead.open("a") as out:
+        out.write(f"daemon:\n  default:\n    broker_url: {DEAD_BROKER}\n    tasks: {{}}\n")
+    r = await cli("daemon", "enqueue", "sympa_export", config=dead)
+    assert r.code == 2 and "task sympa_export is disabled" in one_error(r)
+
+
+def filesystem_daemon(tmp: Path) -> tuple[dict[str, Any], Path]:
+    """A daemon block on kombu's filesystem transport (a real broker made of files)."""
+    queue = tmp / "queue"
+    queue.mkdir(parents=True)
+    return {"broker_url": "filesystem://", "sites": ["farm"],
+            "broker_transport_options": {"data_folder_in": str(queue),
+                                         "data_folder_out": str(queue),
+                                         "control_folder": str(tmp / "control")},
+            "beat_schedule_filename": str(tmp / "beat-schedule"),
+            "tasks": {"sympa": {"output_dir": str(tmp)}}}, queue
+
+
+async def test_enqueue_finds_the_running_stack_of_its_config(cli, mongo, farm, tmp_path):
+    """`daemon enqueue --config <the file daemon up was given>` publishes to the stack's
+    broker (the derived config's), not to that file's default broker."""
+    from cheeto_like.config import load_config
+    from cheeto_like.daemon import stack_pointer
+
+    source = write_config(tmp_path / "demo.yaml", mongo,
+                          {"sites": ["farm"], "tasks": {"sympa": {"output_dir": "/tmp"}}})
+    block, queue = filesystem_daemon(tmp_path / "run")
+    derived = write_config(tmp_path / "run" / "config.yaml", mongo, block)
+    pointer = stack_pointer.register(source, "default", derived, os.getpid())
+    try:
+        assert stack_pointer.running_stack_config(load_config(source)) == derived
+        r = await cli("daemon", "enqueue", "sympa_export", "--json", config=source)
+        assert r.code == 0, r.stderr
+        assert f"using its config {derived}" in r.stderr.replace("\n", "")
+        [sent] = r.json()
+        assert sent["queue"] == "cheeto"
+        messages = [m.read_text() for m in queue.iterdir()]
+        assert len(messages) == 1 and sent["id"] in messages[0]
+    finally:
+        stack_pointer.unregister(source, "default", os.getpid())
+    assert not pointer.exists()
+    # another profile, or no stack: the file's own config
+    assert stack_pointer.running_stack_config(load_config(source)) is None
+
+
+def test_a_stale_pointer_is_ignored_and_removed(mongo, tmp_path):
+    from cheeto_like.config import load_config
+    from cheeto_like.daemon import stack_pointer
+
+    source = write_config(tmp_path / "demo.yaml", mongo, {"sites": ["farm"]})
+    derived = write_config(tmp_path / "derived.yaml", mongo, {"sites": ["farm"]})
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    pointer = stack_pointer.register(source, "default", derived, gone.pid)
+    assert oct(pointer.stat().st_mode & 0o777) == "0o600"
+    assert stack_pointer.running_stack_config(load_config(source)) is None
+    assert not pointer.exists()
+
+
+async def test_enqueue_wait_gives_up_with_a_message(cli, mongo, farm, tmp_path):
+    """Nobody consumes the queue: --wait ends after --timeout (default 300 s, not an
+    hour) with a line saying what to check, exit 1."""
+    block, _ = filesystem_daemon(tmp_path)
+    path = write_config(tmp_path / "config.yaml", mongo, block)
+    r = await cli("daemon", "enqueue", "sympa_export", "--wait", "--timeout", "0.5",
+                  config=path)
+    assert r.code == 1
+    text = r.stderr.replace("\n", "")
+    assert ("sympa_export farm: TIMEOUT: no result within 0.5s: still queued (does a worker "
+            "consume queue cheeto on filesystem://?) or still running; see `cheeto daemon "
+            "status`, or wait longer with --timeout") in text, r.stderr
+    assert "1 of 1 run(s) did not succeed" in text
+    from cheeto_like.cli.daemon import WAIT_TIMEOUT_S
+    assert WAIT_TIMEOUT_S == 300
 
 
 async def test_beat_refuses_a_bad_crontab_and_a_missing_directory(cli, config, tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ssl
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from celery.schedules import crontab
@@ -144,7 +145,8 @@ def test_unknown_task_names(tmp_path):
     assert lookup("cheeto.slurm_sync") is lookup("slurm_sync")
     with pytest.raises(InvalidInput, match="unknown task 'make_coffee' \\(known: slurm_sync, "
                                            "ldap_sync, sympa_export, puppet_sync, "
-                                           "hippo_process, iam_sync, reap, alert_digest\\)"):
+                                           "hippo_process, iam_sync, reap, alert_digest, "
+                                           "usage_collect\\)"):
         lookup("make_coffee")
 
 
@@ -206,7 +208,8 @@ puppet_sync: {repo: /srv/puppet}
                                                            "expires": 86400.0}
     assert plan.notes[0] == "task puppet_sync has no schedule; it runs only when enqueued"
     assert [n.split()[1] for n in plan.notes[1:]] == ["hippo_process", "iam_sync", "reap",
-                                                      "alert_digest"]  # no blocks: disabled
+                                                      "alert_digest", "usage_collect"]
+    # (no blocks: disabled)
 
 
 def test_disabled_tasks_get_no_entry_and_a_note(tmp_path):
@@ -227,7 +230,8 @@ sympa:
         *(f"task {name} is disabled: the config (profile 'default') has no "
           f"daemon.tasks.{block} block; not scheduled"
           for name, block in (("hippo_process", "hippo"), ("iam_sync", "iam_sync"),
-                              ("reap", "reap"), ("alert_digest", "alerts")))]
+                              ("reap", "reap"), ("alert_digest", "alerts"),
+                              ("usage_collect", "usage_collect")))]
 
 
 def test_a_bad_crontab_or_a_scheduled_task_without_sites_is_refused(tmp_path):
@@ -264,13 +268,26 @@ def test_celery_settings_json_only_one_at_a_time_late_acks_and_limits(tmp_path):
 
 
 def test_results_go_to_the_application_database(tmp_path):
+    store_dir = tmp_path / "store"
     embedded = load_config(_write(tmp_path, "mongo: {default: {database: prod, embedded: "
-                                            "{port: 27999}}}\n"))
+                                            f"{{path: {store_dir}}}}}}}\n"))
     url, settings = result_backend(embedded.mongo)
-    assert url == "mongodb://127.0.0.1:27999/"
+    # the default embedded store is a Unix socket in its data directory
+    socket_uri = f"mongodb://{quote(str(store_dir / 'store.sock'), safe='')}/?directConnection=true"
+    assert url == settings["mongo_host"] == socket_uri
     assert settings["database"] == "prod" and settings["taskmeta_collection"] == \
         "celery_taskmeta"
     assert settings["options"] == {"serverSelectionTimeoutMS": 5000, "connectTimeoutMS": 5000}
+    app = make_app(embedded.model_copy(update={"daemon": config(tmp_path).daemon}))
+    assert app.backend.mongo_host == socket_uri
+    # over TCP the credential travels as SASL PLAIN options, never in the URL
+    tcp = load_config(_write(tmp_path, "mongo: {default: {embedded: {listen: tcp, port: 27999, "
+                                       "token: t0ken}}}\n"))
+    url, settings = result_backend(tcp.mongo)
+    assert url == "mongodb://127.0.0.1:27999/?directConnection=true"
+    assert settings["options"] == {
+        "serverSelectionTimeoutMS": 5000, "connectTimeoutMS": 5000, "username": "cheeto",
+        "password": "t0ken", "authMechanism": "PLAIN", "authSource": "$external"}
     real = load_config(_write(tmp_path, """\
 mongo:
   default:
@@ -335,7 +352,8 @@ def test_the_router_sends_slurm_sync_to_its_sites_queue_only(tmp_path):
         "cheeto"
     assert sorted(n for n in app.tasks if n.startswith("cheeto.")) == [
         "cheeto.alert_digest", "cheeto.hippo_process", "cheeto.iam_sync", "cheeto.ldap_sync",
-        "cheeto.puppet_sync", "cheeto.reap", "cheeto.slurm_sync", "cheeto.sympa_export"]
+        "cheeto.puppet_sync", "cheeto.reap", "cheeto.slurm_sync", "cheeto.sympa_export",
+        "cheeto.usage_collect"]
     for name in ("cheeto.hippo_process", "cheeto.iam_sync", "cheeto.reap"):
         assert route_task(name, (), {}, {}) == {"queue": "cheeto"}
     assert app.conf.beat_scheduler == f"{CheetoScheduler.__module__}:CheetoScheduler"

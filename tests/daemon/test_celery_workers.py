@@ -335,7 +335,7 @@ async def test_a_guard_trip_is_a_failure_in_taskmeta(cli, daemon, farm, workers,
     assert r.code == 1
     [row] = r.json()
     assert row["state"] == "failed"
-    assert row["error"].startswith("GuardTripped: the plan deletes ")
+    assert row["error"].startswith("GuardTripped: the plan removes 1 Slurm entities")
     assert "more than --max-deletions 0; nothing was changed" in row["error"]
     assert "FAILED" in r.stderr and "1 of 1 run(s) did not succeed" in r.stderr
     doc = await taskmeta(farm, row["id"])

@@ -131,7 +131,8 @@ def test_other_roles_ping_the_store(mongo_config, tmp_path):
     r = healthcheck(down, None, "--role", "beat")
     assert r.returncode == 1
     assert r.stderr.strip() == (f"error: unhealthy (beat): the embedded store is not running on "
-                                f"127.0.0.1:{port} (start it with `cheeto db serve`)")
+                                f"unix:{tmp_path}/s/store.sock (start it with `cheeto db "
+                                "serve`)")
 
 
 def test_explicit_url(tmp_path):

@@ -5,6 +5,7 @@ node through the derived URL."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -23,8 +24,10 @@ from cheeto_like.daemon.flower import (
     broker_api_url,
     check_basic_auth,
     check_flower_bind,
+    check_no_secret_args,
     flower_broker_url,
     flower_command,
+    flower_credentials,
     flower_overrides,
 )
 from cheeto_like.errors import InvalidInput
@@ -112,8 +115,30 @@ def test_flower_bind_rules():
     check_flower_bind("127.0.0.1", None, insecure=False)
     check_flower_bind("0.0.0.0", "a:b", insecure=False)
     check_flower_bind("0.0.0.0", None, insecure=True)
-    with pytest.raises(InvalidInput, match="without --basic-auth"):
+    with pytest.raises(InvalidInput, match="without basic auth"):
         check_flower_bind("0.0.0.0", None, insecure=False)
+
+
+def test_credentials_come_from_the_environment_or_the_config():
+    configured = Config(daemon=DaemonConfig(flower_basic_auth="cfg:pw"))  # type: ignore[arg-type]
+    assert flower_credentials(configured, {}) == "cfg:pw"
+    assert flower_credentials(configured, {"FLOWER_BASIC_AUTH": "env:pw"}) == "env:pw"
+    assert flower_credentials(Config(daemon=DaemonConfig()), {}) is None
+    with pytest.raises(InvalidInput, match=r"^\$FLOWER_BASIC_AUTH takes user:password"):
+        flower_credentials(configured, {"FLOWER_BASIC_AUTH": "nopassword"})
+    bad = Config(daemon=DaemonConfig(flower_basic_auth="x"))  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match=r"^daemon\.flower_basic_auth takes user:password"):
+        flower_credentials(bad, {})
+    assert "cfg:pw" not in str(configured.daemon)  # a SecretStr: never in a repr or log
+
+
+@pytest.mark.parametrize(("extra", "broker_api"), [
+    (["--basic_auth=a:b"], None), (["--basic-auth", "a:b"], None), (["--auth=.*"], None),
+    (["--broker_api=http://u:p@h/api/"], None), ([], "http://guest:guest@h:15672/api/")])
+def test_no_secret_on_the_command_line(extra, broker_api):
+    with pytest.raises(InvalidInput, match="process list"):
+        check_no_secret_args(extra, broker_api)
+    check_no_secret_args(["--max_tasks=10"], "http://h:15672/api/")
 
 
 # -- the command ---------------------------------------------------------------------------
@@ -133,21 +158,27 @@ def write_config(path: Path, mongo: MongoConfig, database: str, broker_url: str)
     return path
 
 
-def run_cheeto(*args: str) -> subprocess.CompletedProcess[str]:
+def run_cheeto(*args: str, env: dict[str, str] | None = None
+               ) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k != "FLOWER_BASIC_AUTH"}
     return subprocess.run([CHEETO, *args], capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL, check=False)
+                          stdin=subprocess.DEVNULL, check=False, env=environ | (env or {}))
 
 
 def test_flower_refuses_bad_input(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("daemon:\n  default:\n    broker_url: amqp://u:p@127.0.0.1:9//\n")
-    r = run_cheeto("daemon", "flower", "--config", str(config), "--basic-auth", "admin")
-    assert (r.returncode, r.stderr.splitlines()[0]) == (2, "error: --basic-auth takes "
+    r = run_cheeto("daemon", "flower", "--config", str(config), env={"FLOWER_BASIC_AUTH": "admin"})
+    assert (r.returncode, r.stderr.splitlines()[0]) == (2, "error: $FLOWER_BASIC_AUTH takes "
                                                            "user:password pairs separated by "
                                                            "commas (a password cannot contain "
                                                            "a comma)")
+    r = run_cheeto("daemon", "flower", "--config", str(config), "--basic-auth", "admin:pw")
+    assert r.returncode == 2 and "unrecognized arguments: --basic-auth" in r.stderr
+    r = run_cheeto("daemon", "flower", "--config", str(config), "--", "--basic_auth=a:pw")
+    assert r.returncode == 2 and "process list" in r.stderr
     r = run_cheeto("daemon", "flower", "--config", str(config), "--address", "0.0.0.0")
-    assert r.returncode == 2 and "without --basic-auth" in r.stderr
+    assert r.returncode == 2 and "without basic auth" in r.stderr
     bare = tmp_path / "bare.yaml"
     bare.write_text("mongo: {}\n")
     r = run_cheeto("daemon", "flower", "--config", str(bare))
@@ -156,9 +187,9 @@ def test_flower_refuses_bad_input(tmp_path):
 
 
 class Proc:
-    def __init__(self, argv: list[str], log: Path) -> None:
+    def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         self.log = log
-        self.proc = spawn(argv, log=log)
+        self.proc = spawn(argv, log=log, env=os.environ | env if env else None)
 
     def check(self, what: str) -> None:
         if self.proc.poll() is not None:
@@ -176,7 +207,7 @@ def procs() -> Iterator[list[Proc]]:
 def start_flower(procs: list[Proc], config: Path, tmp: Path, *args: str) -> str:
     port = free_port()
     flower = Proc([CHEETO, "daemon", "flower", "--config", str(config), "--port", str(port),
-                   "--basic-auth", ":".join(AUTH), *args], tmp / "flower.log")
+                   *args], tmp / "flower.log", env={"FLOWER_BASIC_AUTH": ":".join(AUTH)})
     procs.append(flower)
     url = f"http://127.0.0.1:{port}"
 
@@ -188,6 +219,8 @@ def start_flower(procs: list[Proc], config: Path, tmp: Path, *args: str) -> str:
             return False
 
     wait_for(up, 60, "Flower's /healthcheck", logs=[flower.log], interval=0.2)
+    cmdline = Path(f"/proc/{flower.proc.pid}/cmdline").read_bytes()
+    assert AUTH[1].encode() not in cmdline  # the password is not in `ps`
     return url
 
 

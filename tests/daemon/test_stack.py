@@ -93,7 +93,7 @@ def test_plan_uses_a_configured_broker_and_a_running_store(tmp_path, mongo_confi
         "mongo": {"default": mongo},
         "daemon": {"other": {"broker_url": "amqps://u:p@mq.example.org//",
                              "broker_use_ssl": {}}},
-        "api": {"default": {"api_key": "configured-key-1234567"}},
+        "api": {"default": {"api_key": "configured-key-0123456789abcdefghijk"}},
     }), "other")
     plan = plan_stack(config, StackOptions(run_dir=tmp_path / "run"))
     assert [s.name for s in plan.services] == ["hub", "beat", "api", "flower"]
@@ -102,7 +102,7 @@ def test_plan_uses_a_configured_broker_and_a_running_store(tmp_path, mongo_confi
     derived = load_config(plan.config_path, "default")
     assert derived.daemon.broker_url == "amqps://u:p@mq.example.org//"
     assert derived.daemon.broker_use_ssl is not None
-    assert plan.info["api_key"] == "configured-key-1234567"
+    assert plan.info["api_key"] == "configured-key-0123456789abcdefghijk"
     assert "api_key_generated" not in plan.info
 
 

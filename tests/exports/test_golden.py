@@ -8,6 +8,7 @@ and review the diff.
 from __future__ import annotations
 
 import os
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -145,6 +146,24 @@ async def test_export_matches_golden(seeded, cli, export, golden, tmp_path):
     r = await cli("ng", "site", "export", export, "-s", "farm", "-o", str(out))
     assert r.code == 0 and r.stdout == ""
     assert out.read_text() == (GOLDEN / golden).read_text()
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
+async def test_export_replaces_a_world_readable_file_with_a_0600_one(seeded, cli, tmp_path):
+    """puppet-legacy holds yescrypt hashes: even over an existing 0644 file (and under a
+    permissive umask) the result is 0600 and no temporary file is left behind."""
+    out = tmp_path / "all.yaml"
+    out.write_text("old\n")
+    out.chmod(0o644)
+    old_umask = os.umask(0)
+    try:
+        r = await cli("ng", "site", "export", "puppet-legacy", "-s", "farm", "-o", str(out))
+    finally:
+        os.umask(old_umask)
+    assert r.code == 0, r.stderr
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert "$y$" in out.read_text()
+    assert [p.name for p in tmp_path.iterdir()] == ["all.yaml"]
 
 
 async def test_unknown_site_is_one_line(seeded, cli):

@@ -35,6 +35,10 @@ VARIABLES = {
                        "guard_trips": [], "sync_failures": [
                            {"id": "r1", "target": "slurm", "site": "farm",
                             "started_at": "2025-03-01 03:00", "error": "boom"}]},
+    "quota_threshold": {"scope": "account", "subject": "lab1", "sitename": "farm",
+                        "resource": "CPU", "threshold": 90, "percent": 91.5,
+                        "used_hours": "91.5", "quota_hours": "100.0",
+                        "period_start": "2026-11-01", "period_end": "2026-12-01"},
 }
 
 

@@ -3,14 +3,21 @@ every site-linked collection, users and groups untouched), aliases and sticky gr
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from cheeto_like.errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from cheeto_like.models import (
     AutomountMap,
+    GpuFactor,
     Group,
     GroupMembership,
     HippoEvent,
+    Quota,
+    QuotaAdjustment,
+    QuotaDefaults,
+    QuotaNotice,
     Site,
     SlurmAccount,
     SlurmAllocation,
@@ -20,6 +27,8 @@ from cheeto_like.models import (
     StaticMount,
     Storage,
     StorageVolume,
+    UsageCursor,
+    UsageRecord,
     User,
     UserSiteInfo,
 )
@@ -103,6 +112,23 @@ async def populate(site_name: str) -> None:
                   volume="home").insert()
     await HippoEvent(hippo_id=1 if s == "farm" else 2, hippo_endpoint="https://hippo",
                      action="CreateAccount", site=s).insert()
+    await populate_usage(s)
+
+
+async def populate_usage(s: str) -> None:
+    when = datetime(2026, 11, 1, tzinfo=UTC)
+    await UsageRecord(key=f"{s}/c/1", site=s, cluster="c", job_id="1", user="alice",
+                      account="lab", end=when, end_epoch=int(when.timestamp()),
+                      day="2026-11-01", elapsed_s=60, cpus=1, cpu_minutes=1.0,
+                      gpu_minutes=0.0, fingerprint="x").insert()
+    await UsageCursor(site=s, cluster="c", until=when, last_run_at=when).insert()
+    await GpuFactor(site=s, gpu_type="a100", factor=2.0, effective_from=when).insert()
+    await Quota(site=s, user="alice", cpu_minutes=10.0).insert()
+    await QuotaDefaults(site=s, user_cpu_minutes=5.0).insert()
+    await QuotaAdjustment(site=s, user="alice", cpu_minutes=-1.0, reason="test", at=when,
+                          at_epoch=int(when.timestamp())).insert()
+    await QuotaNotice(key=f"{s}/user/alice/cpu/75/0", site=s, kind="user", subject="alice",
+                      resource="cpu", threshold=75, period_start=when, percent=80.0).insert()
 
 
 async def test_remove_site_cascades_and_counts(db):
@@ -120,7 +146,8 @@ async def test_remove_site_cascades_and_counts(db):
     assert await User.find_one(User.name == "alice") is not None
     assert await Group.find_one(Group.name == "lab") is not None
     [row] = await history("remove_site")
-    assert row.changes == {"site": "farm", "deleted": deleted}
+    assert row.changes == {"site": "farm", "fqdn": "farm.example.org", "aliases": [],
+                           "deleted": deleted}
 
 
 async def test_remove_bare_site_reports_zero_counts(db):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from .fixtures import BRING_UP_TIMES, rabbitmq, slapd, slurm_accounting
+from .fixtures import BRING_UP_TIMES, rabbitmq, slapd, slurm_accounting, slurm_cluster
 
-__all__ = ["rabbitmq", "slapd", "slurm_accounting"]
+__all__ = ["rabbitmq", "slapd", "slurm_accounting", "slurm_cluster"]
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -20,8 +20,9 @@ import pytest
 from .ldap import Slapd
 from .rabbitmq import RabbitMQ
 from .slurm import SlurmAccounting
+from .slurm_cluster import SlurmCluster
 
-__all__ = ["BRING_UP_TIMES", "rabbitmq", "slapd", "slurm_accounting"]
+__all__ = ["BRING_UP_TIMES", "rabbitmq", "slapd", "slurm_accounting", "slurm_cluster"]
 
 # service name -> (seconds to ready, per-step timings); shown in the terminal summary
 BRING_UP_TIMES: dict[str, tuple[float, dict[str, float]]] = {}
@@ -48,6 +49,15 @@ def slurm_accounting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm
     """munged + MariaDB + slurmdbd; use `.sacctmgr()`, `.env`, `.add_cluster()`, `.sql()`."""
     service = SlurmAccounting(tmp_path_factory.mktemp("slurm")).start()
     yield from _serve("slurm accounting", service)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A live one-node cluster `farm` (its own slurmdbd + slurmctld + slurmd, ~1 s): submit
+    real jobs with `.submit(user, …)`/`.srun(…)`, watch them with `.job()`/`.wait_*()`.
+    Shared by the whole session: tests call `.reset()` first (see slurm_cluster.py)."""
+    service = SlurmCluster(tmp_path_factory.mktemp("slurmc")).start()
+    yield from _serve("slurm cluster", service)
 
 
 @pytest.fixture(scope="session")

@@ -150,7 +150,7 @@ class SlurmAccounting:
 
     def _start_once(self) -> SlurmAccounting:
         timer = StepTimer()
-        self.base = Path(tempfile.mkdtemp(prefix="slurm-", dir=self._parent))
+        self.base = self._make_base()
         atexit.register(self.stop)
         try:
             self._prepare_dirs()
@@ -163,6 +163,7 @@ class SlurmAccounting:
             for tres_type, name in self.default_tres:
                 self.add_tres(tres_type, name)
             timer.mark("default TRES inserted")
+            self._start_cluster(timer)
         except BaseException:
             self.stop()
             raise
@@ -193,6 +194,14 @@ class SlurmAccounting:
         self.stop()
 
     # ------------------------------------------------------------ bring-up steps
+    # _make_base, _slurm_conf_text and _start_cluster are the hooks SlurmCluster
+    # (slurm_cluster.py) extends to add slurmctld + slurmd.
+
+    def _make_base(self) -> Path:
+        return Path(tempfile.mkdtemp(prefix="slurm-", dir=self._parent))
+
+    def _start_cluster(self, timer: StepTimer) -> None:
+        """Nothing here: accounting only. SlurmCluster starts slurmctld and slurmd."""
 
     def _prepare_dirs(self) -> None:
         for sub in ("munge", "mysql", "etc", "log", "lib"):
@@ -272,9 +281,9 @@ class SlurmAccounting:
             self.shim = build_nodelay_shim(self.base / "lib")
         timer.mark("TCP_NODELAY shim ready")
 
-    def _write_configs(self) -> None:
+    def _slurm_conf_text(self) -> str:
         sock = self.munge_socket
-        self.slurm_conf.write_text(
+        return (
             f"ClusterName={self.cluster_name}\n"
             "SlurmctldHost=localhost\n"  # sacctmgr is fatal without one; nothing runs there
             f"SlurmUser={self.run_user}\n"
@@ -288,6 +297,9 @@ class SlurmAccounting:
             "AccountingStorageTRES=gres/gpu\n"
             "GresTypes=gpu\n"
         )
+
+    def _write_configs(self) -> None:
+        self.slurm_conf.write_text(self._slurm_conf_text())
         # slurmdbd is fatal unless this file is 0600 and owned by SlurmUser: create it so.
         fd = os.open(self.slurmdbd_conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as conf:

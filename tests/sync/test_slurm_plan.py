@@ -51,7 +51,7 @@ def test_identical_states_plan_nothing():
 
 def test_batch_order_is_adds_modifies_defaults_coordinators_deletes():
     kinds = [kind for _, kind in BATCH_ORDER]
-    assert kinds == ["add", "modify", "add", "modify", "add", "modify", "default",
+    assert kinds == ["modify", "add", "modify", "add", "modify", "add", "modify", "default",
                      "coordinator", "coordinator", "delete", "delete", "delete", "delete"]
     desired = state(qos={"new": q("new"), "chg": q("chg", priority=5)},
                     accounts={"lab": AccountState("lab", max_user_jobs=3),

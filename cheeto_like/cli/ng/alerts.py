@@ -7,6 +7,7 @@ import argparse
 from ...operations.notify import send_alert_digest
 from .. import args as a
 from ..app import command, group_help
+from ..output import esc
 
 group_help("ng", "alerts", help="operator alerts (failed or refused syncs, stuck tasks)")
 
@@ -25,7 +26,7 @@ async def alerts_digest(args: argparse.Namespace) -> int:
     else:
         ctx.out.show(digest.as_dict(), title=f"alert digest ({digest.total} problem(s))")
         if result.sent:
-            ctx.out.success(f"sent to {', '.join(ctx.config.alerts.to)}")  # type: ignore[union-attr]
+            ctx.out.success(f"sent to {esc(', '.join(ctx.config.alerts.to))}")  # type: ignore[union-attr]
     if result.error:
         ctx.out.error(result.error)
         return 1

@@ -22,14 +22,17 @@ from ...queries.exports import (
 from ...queries.puppet_legacy import site_to_puppet_legacy
 from .. import args as a
 from ..app import Context, command, group_help
+from ..output import esc
 
 group_help("ng", "site", "export", help="write a site's exports (puppet, keys, lists)")
 
 
 def _emit(ctx: Context, text: str, output: str | None, what: str) -> None:
     if output:
-        write_atomically(Path(output), text)
-        ctx.out.success(f"wrote {what} to {output}")
+        # 0600 for every export: puppet-legacy carries password hashes, and the others
+        # (keys, addresses, the storage map) are nobody else's business either
+        write_atomically(Path(output), text, mode=0o600)
+        ctx.out.success(f"wrote {esc(what)} to {esc(output)}")
     else:
         ctx.out.write_raw(text)
 
@@ -43,26 +46,28 @@ def storage_yaml(data: dict[str, object]) -> str:
 
 
 @command("ng", "site", "export", "puppet-legacy", help="the legacy puppet account YAML",
-         store=True)
+         store=True, progress="rendering the puppet YAML")
 async def export_puppet_legacy(args: argparse.Namespace) -> None:
     _emit(args.ctx, puppet_dumps(await site_to_puppet_legacy(args.site)), args.output,
           "puppet YAML")
 
 
 @command("ng", "site", "export", "root-keys", help="root's authorized_keys for the site",
-         store=True)
+         store=True, progress="rendering root keys")
 async def export_root_keys(args: argparse.Namespace) -> None:
     _emit(args.ctx, root_keys_text(await root_key_blocks(args.site)), args.output, "root keys")
 
 
-@command("ng", "site", "export", "sympa", help="the site's mailing-list addresses", store=True)
+@command("ng", "site", "export", "sympa", help="the site's mailing-list addresses", store=True,
+         progress="rendering Sympa addresses")
 async def export_sympa(args: argparse.Namespace) -> None:
     ignore = args.ignore if args.ignore is not None else DEFAULT_SYMPA_IGNORE
     _emit(args.ctx, sympa_text(await sympa_emails(args.site, ignore)), args.output,
           "Sympa addresses")
 
 
-@command("ng", "site", "export", "storage", help="the file servers' storage YAML", store=True)
+@command("ng", "site", "export", "storage", help="the file servers' storage YAML", store=True,
+         progress="rendering the storage YAML")
 async def export_storage(args: argparse.Namespace) -> None:
     _emit(args.ctx, storage_yaml(await storage_export(args.site)), args.output, "storage YAML")
 
@@ -94,14 +99,15 @@ async def site_sync_old_puppet(args: argparse.Namespace) -> None:
                             "run": report.run_id})
         return
     for path in report.changed:
-        ctx.out.info(f"  {path}")
+        ctx.out.info(f"  {esc(path)}")
     if report.dry_run:
         ctx.out.info(f"DRY-RUN: {len(report.changed)} file(s) would change")
     elif not report.committed:
         ctx.out.success("nothing changed; no commit")
     else:
         where = "and pushed" if report.pushed else "(not pushed; use --push)"
-        ctx.out.success(f"committed {report.commit[:10] if report.commit else ''} {where}: "
+        ctx.out.success(f"committed {esc(report.commit[:10] if report.commit else '')} "
+                        f"{esc(where)}: "
                         f"{len(report.changed)} file(s)")
 
 
@@ -110,7 +116,8 @@ def _(parser: a.Parser) -> None:
     a.site(parser)
     parser.add_argument("repo", help="an existing clone of the puppet repository")
     parser.add_argument("--push", action="store_true", help="push the base branch")
-    parser.add_argument("--base-branch", default="main")
+    parser.add_argument("--base-branch", default="main",
+                        help="branch of the puppet clone to commit on (default main)")
     parser.add_argument("--dry-run", action="store_true",
                         help="only list the files that would change")
     parser.add_argument("--timeout", type=float, default=60.0,

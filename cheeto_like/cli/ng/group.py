@@ -14,6 +14,7 @@ from ...queries.site import get_site, list_sites
 from ...queries.slurm import group_slurm_at_site
 from .. import args as a
 from ..app import command, group_help
+from ..output import esc
 
 group_help("ng", "group", help="groups: create, membership roles, show, list")
 group_help("ng", "group", "new", help="create groups")
@@ -32,14 +33,16 @@ async def group_new_generic(args: argparse.Namespace) -> None:
     ctx = args.ctx
     group = await ops.CreateGroup.run(ctx.store, ctx.author, name=args.group, gid=args.gid,
                                       type=args.type)
-    ctx.out.success(f"created group [bold]{group.name}[/] (gid={group.gid}, type={group.type})")
+    ctx.out.success(f"created group [bold]{esc(group.name)}[/] (gid={esc(group.gid)}, "
+                    f"type={esc(group.type)})")
 
 
 @group_new_generic.args()
 def _(parser: a.Parser) -> None:
     a.group(parser)
-    parser.add_argument("--gid", type=int, required=True)
-    parser.add_argument("--type", default="group", choices=["group", "system", "admin", "class"])
+    parser.add_argument("--gid", type=int, required=True, help="the group's gid")
+    parser.add_argument("--type", default="group", choices=["group", "system", "admin", "class"],
+                        help="group type (default group)")
 
 
 def _band_command(kind: str, op: type[ops.Operation], help: str) -> None:
@@ -47,7 +50,8 @@ def _band_command(kind: str, op: type[ops.Operation], help: str) -> None:
     async def handler(args: argparse.Namespace) -> None:
         ctx = args.ctx
         group = await op.run(ctx.store, ctx.author, name=args.group)
-        ctx.out.success(f"created {kind} group [bold]{group.name}[/] (gid={group.gid})")
+        ctx.out.success(f"created {esc(kind)} group [bold]{esc(group.name)}[/] "
+                        f"(gid={esc(group.gid)})")
 
     @handler.args()
     def _(parser: a.Parser) -> None:
@@ -65,8 +69,8 @@ async def group_new_from_sponsor(args: argparse.Namespace) -> None:
     ctx = args.ctx
     group = await ops.CreateGroupFromSponsor.run(ctx.store, ctx.author, sponsor=args.user,
                                                  site=args.site)
-    ctx.out.success(f"created group [bold]{group.name}[/] (gid={group.gid}) sponsored by "
-                    f"{args.user} at {args.site}")
+    ctx.out.success(f"created group [bold]{esc(group.name)}[/] (gid={esc(group.gid)}) sponsored by "
+                    f"{esc(args.user)} at {esc(args.site)}")
 
 
 @group_new_from_sponsor.args()
@@ -96,7 +100,8 @@ def _role_command(verb: str, role: str) -> None:
         ctx = args.ctx
         await op.run(ctx.store, ctx.author, group=args.group, user=args.user, site=args.site)
         prep = "is now" if verb == "add" else "is no longer"
-        ctx.out.success(f"[bold]{args.user}[/] {prep} {role} of {args.group} at {args.site}")
+        ctx.out.success(f"[bold]{esc(args.user)}[/] {esc(prep)} {esc(role)} of "
+                        f"{esc(args.group)} at {esc(args.site)}")
 
     @handler.args()
     def _(parser: a.Parser) -> None:
@@ -113,13 +118,14 @@ for _verb, _role in ROLE_OPS:
 async def group_rename(args: argparse.Namespace) -> None:
     ctx = args.ctx
     await ops.RenameGroup.run(ctx.store, ctx.author, name=args.group, new_name=args.new_name)
-    ctx.out.success(f"renamed group [bold]{args.group}[/] to [bold]{args.new_name}[/]")
+    ctx.out.success(f"renamed group [bold]{esc(args.group)}[/] to [bold]{esc(args.new_name)}[/]")
 
 
 @group_rename.args()
 def _(parser: a.Parser) -> None:
     a.group(parser, help="current name")
-    parser.add_argument("--new-name", "--to", required=True, dest="new_name")
+    parser.add_argument("--new-name", "--to", required=True, dest="new_name",
+                        help="the group's new name")
 
 
 @command("ng", "group", "show", help="show a group (with -s: its roster at that site)",

@@ -14,6 +14,7 @@ from ...operations.notify import notifier_from_config
 from ...queries.hippo import get_event, list_events
 from .. import args as a
 from ..app import command, group_help
+from ..output import esc
 
 group_help("ng", "hippo", help="HiPPO account requests: process, list, show")
 
@@ -58,11 +59,11 @@ async def hippo_process(args: argparse.Namespace) -> int:
                                "posted_back", "error"])
         for outcome in report.outcomes:
             for step in outcome.steps:
-                ctx.out.info(f"[dim]{outcome.hippo_id}: {step}[/]")
+                ctx.out.info(f"[dim]{esc(outcome.hippo_id)}: {esc(step)}[/]")
         for bad in report.unreadable:
-            ctx.out.warn(f"pending entry #{bad.position} skipped: {bad.problem}")
+            ctx.out.warn(f"pending entry #{esc(bad.position)} skipped: {esc(bad.problem)}")
         tally = ", ".join(f"{k}={v}" for k, v in sorted(report.tally().items())) or "nothing"
-        ctx.out.info(f"tally: {tally} (run {report.run_id})")
+        ctx.out.info(f"tally: {esc(tally)} (run {esc(report.run_id)})")
     if report.failed:
         ctx.out.error(f"{len(report.failed)} event(s) failed")
         return 1
@@ -101,7 +102,7 @@ async def hippo_events(args: argparse.Namespace) -> None:
                            "created_at"],
                   data=[q.raw for q in chosen] if ctx.out.machine else None)
     for bad in unreadable:
-        ctx.out.warn(f"pending entry #{bad.position} is unreadable: {bad.problem}")
+        ctx.out.warn(f"pending entry #{esc(bad.position)} is unreadable: {esc(bad.problem)}")
 
 
 @hippo_events.args()
@@ -123,8 +124,8 @@ async def hippo_list(args: argparse.Namespace) -> None:
 
 @hippo_list.args()
 def _(parser: a.Parser) -> None:
-    parser.add_argument("--status", choices=STATUSES)
-    parser.add_argument("--action")
+    parser.add_argument("--status", choices=STATUSES, help="only events in this state")
+    parser.add_argument("--action", help="only events of this action (e.g. CreateAccount)")
     a.site(parser, required=False, help="only events for this site")
     a.user(parser, required=False, help="only events for this user")
     parser.add_argument("--limit", "-n", type=int, default=50, help="at most this many (50)")
@@ -152,4 +153,4 @@ def _(parser: a.Parser) -> None:
 async def hippo_sync_puppet(args: argparse.Namespace) -> None:
     async with HippoClient(hippo_config(args.ctx.config)) as client:
         status = await client.sync_puppet_accounts()
-    args.ctx.out.success(f"HiPPO accepted the puppet sync (HTTP {status})")
+    args.ctx.out.success(f"HiPPO accepted the puppet sync (HTTP {esc(status)})")

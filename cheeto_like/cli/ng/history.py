@@ -43,7 +43,9 @@ def _(parser: a.Parser) -> None:
     parser.add_argument("--user", "-u", dest="author_filter", metavar="AUTHOR",
                         help="only operations by this author")
     parser.add_argument("--op", metavar="OPNAME", help="only this operation (e.g. create_user)")
-    parser.add_argument("--since", metavar="WHEN", help="ISO 8601, or relative: --since=-7d")
-    parser.add_argument("--until", metavar="WHEN", help="ISO 8601, or relative: --until=-1d")
-    parser.add_argument("--limit", "-n", type=int, default=50)
+    parser.add_argument("--since", metavar="WHEN",
+                        help=a.when_help("only entries at or after this time"))
+    parser.add_argument("--until", metavar="WHEN",
+                        help=a.when_help("only entries before this time"))
+    parser.add_argument("--limit", "-n", type=int, default=50, help="at most N rows (default 50)")
     a.output_format(parser)

@@ -21,6 +21,7 @@ from ...queries.iam import find_reapable_users, iam_state
 from ...queries.user import get_user
 from .. import args as a
 from ..app import Context, command, group_help
+from ..output import esc
 
 group_help("ng", "iam", help="UC Davis IAM: sync identity facts, offboard and reap")
 
@@ -79,7 +80,7 @@ def _(parser: a.Parser) -> None:
 
 
 @command("ng", "iam", "sync-all", help="sync every user and admin account with IAM",
-         store=True)
+         store=True, progress="IAM sync")
 async def iam_sync_all(args: argparse.Namespace) -> int:
     ctx = args.ctx
     config = iam_config(ctx.config)
@@ -99,7 +100,7 @@ async def iam_sync_all(args: argparse.Namespace) -> int:
         ctx.out.table(rows, title=f"IAM sync (run {report.run_id})",
                       columns=["outcome", "count"])
         for user, error in sorted(report.errors.items()):
-            ctx.out.warn(f"{user}: {error}")
+            ctx.out.warn(f"{esc(user)}: {esc(error)}")
     return 1 if report.tally["error"] else 0
 
 
@@ -161,7 +162,7 @@ async def iam_reap(args: argparse.Namespace) -> None:
                             "notify_errors": report.notify_errors})
     else:
         ctx.out.success(f"deactivated {len(report.users)} user(s): "
-                        f"{', '.join(report.users) or 'none'}")
+                        f"{esc(', '.join(report.users) or 'none')}")
 
 
 @iam_reap.args()

@@ -18,6 +18,7 @@ from ...sync.ldap_plan import KINDS, PRUNE_KINDS
 from ...sync.ldap_state import Layout
 from .. import args as a
 from ..app import command, group_help
+from ..output import esc
 
 group_help("ng", "ldap", help="project users, groups and automount maps into LDAP")
 group_help("ng", "ldap", "show", help="show what LDAP holds for a user, group or site")
@@ -52,33 +53,34 @@ def _render(ctx: Any, report: sync.Report, title: str) -> int:
     else:
         planned = report.plan
         mode = "DRY-RUN (nothing written)" if report.dry_run else "APPLIED"
-        out.info(f"[bold]{mode}[/] {title}: {planned.writes} write(s), "
-                 f"{len(planned.deletions)} deletion(s); checked "
+        out.info(f"[bold]{esc(mode)}[/] {esc(title)}: {esc(planned.writes)} write(s), "
+                 f"{len(planned.deletions)} deletion(s), {len(planned.removals)} "
+                 "removal(s); checked "
                  f"{len(planned.focus.users)} user(s), {len(planned.focus.groups)} group(s), "
                  f"{len(planned.focus.automounts)} automount key(s)")
         outcomes = {item.command: item for item in report.items}
         for batch in planned.batches:
-            out.info(f"[cyan]{batch.label}[/] ({len(batch.changes)})")
+            out.info(f"[cyan]{esc(batch.label)}[/] ({len(batch.changes)})")
             for change in batch.changes[:SHOWN_PER_BATCH]:
                 item = outcomes.get(str(change))
                 mark = "" if item is None else {
                     "ok": "[green]ok[/] ", "failed": "[red]FAILED[/] ",
-                    "skipped": "[yellow]skipped[/] ", "planned": ""}[item.outcome]
+                    "skipped": "[yellow]skipped[/] "}.get(item.outcome, "")
                 detail = item.detail if item and item.outcome != "ok" else change.why
-                out.info(f"  {mark}{change.op} {change.dn} [dim]({detail})[/]")
+                out.info(f"  {esc(mark)}{esc(change.op)} {esc(change.dn)} [dim]({esc(detail)})[/]")
             if len(batch.changes) > SHOWN_PER_BATCH:
-                out.info(f"  [dim]… and {len(batch.changes) - SHOWN_PER_BATCH} more[/]")
+                out.info(f"  [dim]… and {esc(len(batch.changes) - SHOWN_PER_BATCH)} more[/]")
         for note in planned.notes:
-            out.info(f"[dim]note: {note}[/]")
+            out.info(f"[dim]note: {esc(note)}[/]")
         if report.guard_exceeded:
-            out.warn(f"{len(planned.deletions)} deletions exceed --max-deletions: an apply "
+            out.warn(f"{len(planned.removals)} removals exceed --max-deletions: an apply "
                      "would be refused")
         if planned.is_empty:
             out.success("nothing to do: LDAP matches the store")
         elif not report.dry_run:
-            out.info(f"written: {report.writes or {}}; watermarks: {report.watermarked}"
-                     + (f", re-dirtied: {report.redirtied}" if report.redirtied else "")
-                     + f" (run {report.run_id})")
+            out.info(f"written: {esc(report.writes or {})}; watermarks: {esc(report.watermarked)}"
+                     + (f", re-dirtied: {esc(report.redirtied)}" if report.redirtied else "")
+                     + f" (run {esc(report.run_id)})")
     if report.failed or report.skipped:
         out.error(f"{len(report.failed)} LDAP write(s) failed"
                   + (f"; {len(report.skipped)} skipped" if report.skipped else ""))
@@ -103,18 +105,24 @@ async def _run(args: argparse.Namespace, scope: Any, *, command_name: str, title
         report = await sync.run(ctx.require_store(), config, args.site, scope=scope,
                                 dry_run=dry_run, max_deletions=_cap(args.max_deletions),
                                 concurrency=getattr(args, "concurrency", 1),
-                                author=ctx.author, command=command_name)
+                                author=ctx.author, command=command_name,
+                                allow_deletions=getattr(args, "allow_deletions", None))
     except GuardTripped as exc:
         _refused(ctx, exc)
         raise
     return _render(ctx, report, title)
 
 
-def _common(parser: a.Parser, *, cap: int = 50) -> None:
+def _common(parser: a.Parser, *, cap: int = 50, budget: bool = True) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="show what would change; write nothing (LDAP or store)")
     parser.add_argument("--max-deletions", type=int, default=cap,
-                        help=f"refuse a run deleting more entries (default {cap}; -1: no cap)")
+                        help=f"refuse a run removing more entries or member/key values "
+                             f"(default {cap}; -1: no cap)")
+    if budget:
+        parser.add_argument("--allow-deletions", type=int, metavar="N",
+                            help="let this run remove up to N even past the site's daily "
+                                 "budget (ldap.max_deletions_per_day); review it first")
     a.output_format(parser)
 
 
@@ -133,7 +141,8 @@ def _(parser: a.Parser) -> None:
 
 
 @command("ng", "ldap", "sync-site", help="sync a site's users, groups and automount maps "
-                                         "(incremental unless --full)", store=True)
+                                         "(incremental unless --full)", store=True,
+         progress="LDAP sync")
 async def ldap_sync_site(args: argparse.Namespace) -> int:
     config = _config(args.ctx)
     kinds = set(_kinds(args.scope, (*KINDS, "prune"), "--scope"))
@@ -266,7 +275,7 @@ async def ldap_clear_tree(args: argparse.Namespace) -> int:
                         + (" (first 25)" if len(dns) > 25 else ""))
     if args.dry_run or not dns:
         if not dns:
-            ctx.out.success(f"nothing under {base}")
+            ctx.out.success(f"nothing under {esc(base)}")
         return 0
     if preview.guard_exceeded:
         raise GuardTripped(f"clearing {base} deletes {len(dns)} entries, more than "
@@ -281,7 +290,7 @@ async def ldap_clear_tree(args: argparse.Namespace) -> int:
     if report.failed:
         ctx.out.error(f"{len(report.failed)} deletion(s) failed under {base}")
         return 1
-    ctx.out.success(f"deleted {len(report.dns)} entries under {base}")
+    ctx.out.success(f"deleted {len(report.dns)} entries under {esc(base)}")
     return 0
 
 
@@ -293,7 +302,7 @@ def _(parser: a.Parser) -> None:
                         help="subtrees to keep, separated by ';' (default "
                              "ou=Services,<searchbase>; '' keeps nothing)")
     a.force(parser, help="delete without asking")
-    _common(parser, cap=200)
+    _common(parser, cap=200, budget=False)
 
 
 @command("ng", "ldap", "show", "user", help="a user's LDAP entry and sync state", store=True)

@@ -25,6 +25,7 @@ from ...operations.slurm import (
 from ...queries.site import count_site_dependents, get_site, list_sites
 from .. import args as a
 from ..app import command, group_help
+from ..output import esc
 
 group_help("ng", "site", "alias", help="alternative names of a site")
 group_help("ng", "site", "sticky", help="groups every user on a site belongs to")
@@ -48,7 +49,7 @@ def site_data(site: Site) -> dict[str, Any]:
 async def site_new(args: argparse.Namespace) -> None:
     ctx = args.ctx
     site = await CreateSite.run(ctx.store, ctx.author, name=args.site, fqdn=args.fqdn)
-    ctx.out.success(f"created site [bold]{site.name}[/] ({site.fqdn})")
+    ctx.out.success(f"created site [bold]{esc(site.name)}[/] ({esc(site.fqdn)})")
 
 
 @site_new.args()
@@ -85,33 +86,38 @@ def _(parser: a.Parser) -> None:
 @command("ng", "site", "remove", help="remove a site and everything that lives only there",
          store=True, aliases=["rm"])
 async def site_remove(args: argparse.Namespace) -> None:
+    """Always lists what goes (the site, its fqdn and aliases, dependent records) and asks:
+    an alias is a name other systems may still use even when nothing depends on it."""
     ctx = args.ctx
     site = await get_site(args.site)
     counts = await count_site_dependents(site.name)
-    dependents = {k: v for k, v in counts.items() if v}
-    if dependents:
-        ctx.out.table([{"record": k, "count": v} for k, v in dependents.items()],
-                      title=f"Records that will be deleted with site {site.name}")
-        summary = ", ".join(f"{k}={v}" for k, v in dependents.items())
-        if not ctx.confirm(f"Delete site {site.name} and these records?", force=args.force):
-            raise Conflict(f"site {site.name!r} has dependents ({summary}); "
-                           "confirm or pass --force")
+    rows: list[dict[str, Any]] = [
+        {"record": "site", "count": 1, "names": f"{site.name} ({site.fqdn})"}]
+    if site.aliases:
+        rows.append({"record": "alias", "count": len(site.aliases),
+                     "names": ", ".join(site.aliases)})
+    rows += [{"record": k, "count": v, "names": ""} for k, v in counts.items() if v]
+    ctx.out.table(rows, title=f"Removing site {site.name} deletes")
+    summary = ", ".join(f"{r['record']}={r['count']}" for r in rows[1:]) or "no dependents"
+    if not ctx.confirm(f"Delete site {site.name} and these records?", force=args.force):
+        raise Conflict(f"not removing site {site.name!r} ({summary}); "
+                       "confirm on a terminal or pass --force")
     deleted = await RemoveSite.run(ctx.store, ctx.author, name=site.name)
-    ctx.out.success(f"removed site [bold]{site.name}[/] "
-                    f"({sum(deleted.values())} dependent records deleted)")
+    ctx.out.success(f"removed site [bold]{esc(site.name)}[/] "
+                    f"({esc(sum(deleted.values()))} dependent records deleted)")
 
 
 @site_remove.args()
 def _(parser: a.Parser) -> None:
     a.site(parser)
-    a.force(parser, help="delete without asking, even when the site has dependents")
+    a.force(parser, help="delete without asking")
 
 
 @command("ng", "site", "alias", "add", help="add an alias to a site", store=True)
 async def site_alias_add(args: argparse.Namespace) -> None:
     ctx = args.ctx
     await AddSiteAlias.run(ctx.store, ctx.author, site=args.site, alias=args.alias)
-    ctx.out.success(f"site [bold]{args.site}[/] answers to alias {args.alias}")
+    ctx.out.success(f"site [bold]{esc(args.site)}[/] answers to alias {esc(args.alias)}")
 
 
 @command("ng", "site", "alias", "remove", help="remove an alias from a site", store=True,
@@ -119,7 +125,7 @@ async def site_alias_add(args: argparse.Namespace) -> None:
 async def site_alias_remove(args: argparse.Namespace) -> None:
     ctx = args.ctx
     await RemoveSiteAlias.run(ctx.store, ctx.author, site=args.site, alias=args.alias)
-    ctx.out.success(f"site [bold]{args.site}[/] no longer has alias {args.alias}")
+    ctx.out.success(f"site [bold]{esc(args.site)}[/] no longer has alias {esc(args.alias)}")
 
 
 for _handler in (site_alias_add, site_alias_remove):
@@ -134,7 +140,7 @@ for _handler in (site_alias_add, site_alias_remove):
 async def site_sticky_add_group(args: argparse.Namespace) -> None:
     ctx = args.ctx
     await AddStickyGroup.run(ctx.store, ctx.author, site=args.site, group=args.group)
-    ctx.out.success(f"group [bold]{args.group}[/] is sticky at {args.site}")
+    ctx.out.success(f"group [bold]{esc(args.group)}[/] is sticky at {esc(args.site)}")
 
 
 @command("ng", "site", "sticky", "remove", "group", help="stop a group being sticky",
@@ -142,7 +148,7 @@ async def site_sticky_add_group(args: argparse.Namespace) -> None:
 async def site_sticky_remove_group(args: argparse.Namespace) -> None:
     ctx = args.ctx
     await RemoveStickyGroup.run(ctx.store, ctx.author, site=args.site, group=args.group)
-    ctx.out.success(f"group [bold]{args.group}[/] is no longer sticky at {args.site}")
+    ctx.out.success(f"group [bold]{esc(args.group)}[/] is no longer sticky at {esc(args.site)}")
 
 
 for _handler in (site_sticky_add_group, site_sticky_remove_group):
@@ -158,7 +164,7 @@ async def site_sticky_add_slurm(args: argparse.Namespace) -> None:
     ctx = args.ctx
     await AddStickySlurmAccount.run(ctx.store, ctx.author, site=args.site, group=args.group,
                                     default=args.default)
-    ctx.out.success(f"Slurm account [bold]{args.group}[/] is sticky at {args.site}"
+    ctx.out.success(f"Slurm account [bold]{esc(args.group)}[/] is sticky at {esc(args.site)}"
                     + (" (and the default)" if args.default else ""))
 
 
@@ -175,7 +181,8 @@ async def site_sticky_remove_slurm(args: argparse.Namespace) -> None:
     ctx = args.ctx
     await RemoveStickySlurmAccount.run(ctx.store, ctx.author, site=args.site, group=args.group,
                                        clear_default=args.clear_default)
-    ctx.out.success(f"Slurm account [bold]{args.group}[/] is no longer sticky at {args.site}")
+    ctx.out.success(f"Slurm account [bold]{esc(args.group)}[/] is no longer sticky at "
+                    f"{esc(args.site)}")
 
 
 @site_sticky_remove_slurm.args()
@@ -192,7 +199,7 @@ async def site_slurm_set_default(args: argparse.Namespace) -> None:
     ctx = args.ctx
     await SetSiteDefaultSlurmAccount.run(ctx.store, ctx.author, site=args.site,
                                          group=args.group)
-    ctx.out.success(f"default Slurm account at {args.site} is [bold]{args.group}[/]")
+    ctx.out.success(f"default Slurm account at {esc(args.site)} is [bold]{esc(args.group)}[/]")
 
 
 @site_slurm_set_default.args()
@@ -206,7 +213,7 @@ def _(parser: a.Parser) -> None:
 async def site_slurm_clear_default(args: argparse.Namespace) -> None:
     ctx = args.ctx
     await ClearSiteDefaultSlurmAccount.run(ctx.store, ctx.author, site=args.site)
-    ctx.out.success(f"{args.site} has no default Slurm account")
+    ctx.out.success(f"{esc(args.site)} has no default Slurm account")
 
 
 @site_slurm_clear_default.args()
@@ -220,8 +227,8 @@ async def site_slurm_set_cluster(args: argparse.Namespace) -> None:
     ctx = args.ctx
     await SetSiteSlurmCluster.run(ctx.store, ctx.author, site=args.site,
                                   cluster_name=args.cluster_name)
-    ctx.out.success(f"{args.site} syncs to Slurm cluster "
-                    f"[bold]{args.cluster_name or args.site}[/]")
+    ctx.out.success(f"{esc(args.site)} syncs to Slurm cluster "
+                    f"[bold]{esc(args.cluster_name or args.site)}[/]")
 
 
 @site_slurm_set_cluster.args()

@@ -25,9 +25,11 @@ from ...queries.slurm import (
     list_qos,
     qos_allocations,
     qos_limits,
+    require_filter_names,
 )
 from .. import args as a
 from ..app import command, group_help
+from ..output import esc
 
 group_help("ng", "slurm", help="Slurm accounting: partitions, QOS, accounts, associations, sync")
 group_help("ng", "slurm", "partition", help="partitions (names Slurm jobs run in)")
@@ -78,13 +80,13 @@ def _qos_data(qos: SlurmQOS, allocations: list[SlurmAllocation]) -> dict[str, An
 async def partition_new(args: argparse.Namespace) -> None:
     ctx = args.ctx
     await ops.CreateSlurmPartition.run(ctx.store, ctx.author, site=args.site, name=args.name)
-    ctx.out.success(f"created partition [bold]{args.name}[/] at {args.site}")
+    ctx.out.success(f"created partition [bold]{esc(args.name)}[/] at {esc(args.site)}")
 
 
 @partition_new.args()
 def _(parser: a.Parser) -> None:
     a.site(parser)
-    parser.add_argument("--name", "-n", required=True)
+    parser.add_argument("--name", "-n", required=True, help="partition name")
 
 
 @command("ng", "slurm", "partition", "remove", help="remove a partition", store=True,
@@ -93,14 +95,14 @@ async def partition_remove(args: argparse.Namespace) -> None:
     ctx = args.ctx
     removed = await ops.RemoveSlurmPartition.run(ctx.store, ctx.author, site=args.site,
                                                  name=args.name, force=args.force)
-    ctx.out.success(f"removed partition [bold]{args.name}[/] at {args.site}"
-                    + (f" and {removed} association(s)" if removed else ""))
+    ctx.out.success(f"removed partition [bold]{esc(args.name)}[/] at {esc(args.site)}"
+                    + (f" and {esc(removed)} association(s)" if removed else ""))
 
 
 @partition_remove.args()
 def _(parser: a.Parser) -> None:
     a.site(parser)
-    parser.add_argument("--name", "-n", required=True)
+    parser.add_argument("--name", "-n", required=True, help="partition name")
     a.force(parser, help="also remove the associations that use it")
 
 
@@ -125,7 +127,7 @@ async def partition_show(args: argparse.Namespace) -> None:
 @partition_show.args()
 def _(parser: a.Parser) -> None:
     a.site(parser)
-    parser.add_argument("--name", "-n")
+    parser.add_argument("--name", "-n", help="only this partition")
     a.group(parser, required=False, help="only partitions this group's account uses")
     a.output_format(parser)
 
@@ -142,19 +144,20 @@ async def qos_new(args: argparse.Namespace) -> None:
         group_limits=parse_tres(args.group_limits, "--group-limits"),
         user_limits=parse_tres(args.user_limits, "--user-limits"),
         job_limits=parse_tres(args.job_limits, "--job-limits"))
-    ctx.out.success(f"created QOS [bold]{args.name}[/] at {args.site}")
+    ctx.out.success(f"created QOS [bold]{esc(args.name)}[/] at {esc(args.site)}")
 
 
 @qos_new.args()
 def _(parser: a.Parser) -> None:
     a.site(parser)
-    parser.add_argument("--name", "-n", required=True)
-    parser.add_argument("--priority", type=int, default=0)
+    parser.add_argument("--name", "-n", required=True, help="QOS name")
+    parser.add_argument("--priority", type=int, default=0, help="QOS priority (default 0)")
     parser.add_argument("--flags", nargs="*", metavar="FLAG", help="default: DenyOnLimit")
     _tres_flag(parser, "--group-limits", "limits for the whole account (GrpTRES)")
     _tres_flag(parser, "--user-limits", "limits per user (MaxTRESPerUser)")
     _tres_flag(parser, "--job-limits", "limits per job (MaxTRESPerJob)")
-    parser.add_argument("--comment", default="initial allocation")
+    parser.add_argument("--comment", default="initial allocation",
+                        help="comment of the initial allocation")
 
 
 @command("ng", "slurm", "qos", "edit", help="change a QOS's priority or flags", store=True)
@@ -164,14 +167,14 @@ async def qos_edit(args: argparse.Namespace) -> None:
         raise InvalidInput("nothing to change: give --priority and/or --flags")
     await ops.EditSlurmQOS.run(ctx.store, ctx.author, site=args.site, name=args.name,
                                priority=args.priority, flags=args.flags)
-    ctx.out.success(f"updated QOS [bold]{args.name}[/] at {args.site}")
+    ctx.out.success(f"updated QOS [bold]{esc(args.name)}[/] at {esc(args.site)}")
 
 
 @qos_edit.args()
 def _(parser: a.Parser) -> None:
     a.site(parser)
-    parser.add_argument("--name", "-n", required=True)
-    parser.add_argument("--priority", type=int)
+    parser.add_argument("--name", "-n", required=True, help="QOS name")
+    parser.add_argument("--priority", type=int, help="new QOS priority")
     parser.add_argument("--flags", nargs="*", metavar="FLAG", help="replace the flags")
 
 
@@ -181,14 +184,14 @@ async def qos_remove(args: argparse.Namespace) -> None:
     ctx = args.ctx
     touched = await ops.RemoveSlurmQOS.run(ctx.store, ctx.author, site=args.site,
                                            name=args.name, force=args.force)
-    ctx.out.success(f"removed QOS [bold]{args.name}[/] at {args.site}"
-                    + (f" (taken out of {touched} association(s))" if touched else ""))
+    ctx.out.success(f"removed QOS [bold]{esc(args.name)}[/] at {esc(args.site)}"
+                    + (f" (taken out of {esc(touched)} association(s))" if touched else ""))
 
 
 @qos_remove.args()
 def _(parser: a.Parser) -> None:
     a.site(parser)
-    parser.add_argument("--name", "-n", required=True)
+    parser.add_argument("--name", "-n", required=True, help="QOS name")
     a.force(parser, help="also take it out of the associations that use it")
 
 
@@ -213,7 +216,7 @@ async def qos_show(args: argparse.Namespace) -> None:
 @qos_show.args()
 def _(parser: a.Parser) -> None:
     a.site(parser)
-    parser.add_argument("--name", "-n")
+    parser.add_argument("--name", "-n", help="only this QOS")
     a.output_format(parser)
 
 
@@ -228,19 +231,22 @@ async def allocation_add(args: argparse.Namespace) -> None:
         tres=parse_tres(args.tres, "--tres"), comment=args.comment,
         expires_at=a.future_or_none(args.expires_at, "--expires-at"),
         provisioned_at=a.future_or_none(args.provisioned_at, "--provisioned-at"))
-    ctx.out.success(f"added allocation {alloc.id} to QOS [bold]{args.qos}[/] ({args.field})")
+    ctx.out.success(f"added allocation {esc(alloc.id)} to QOS [bold]{esc(args.qos)}[/] "
+                    f"({esc(args.field)})")
 
 
 @allocation_add.args()
 def _(parser: a.Parser) -> None:
     a.site(parser)
-    parser.add_argument("--qos", required=True)
+    parser.add_argument("--qos", required=True, help="the QOS whose limits the allocation adds to")
     parser.add_argument("--field", required=True, choices=["group_limits", "user_limits",
-                                                           "job_limits"])
+                                                           "job_limits"],
+                        help="which limits it adds to")
     _tres_flag(parser, "--tres", "what to grant", required=True)
-    parser.add_argument("--comment", default="")
-    parser.add_argument("--expires-at", metavar="WHEN")
-    parser.add_argument("--provisioned-at", metavar="WHEN")
+    parser.add_argument("--comment", default="", help="why it was granted")
+    parser.add_argument("--expires-at", metavar="WHEN", help=a.when_help("when the grant ends"))
+    parser.add_argument("--provisioned-at", metavar="WHEN",
+                        help=a.when_help("when it was provisioned"))
 
 
 @command("ng", "slurm", "allocation", "edit", help="change an allocation", store=True)
@@ -254,16 +260,18 @@ async def allocation_edit(args: argparse.Namespace) -> None:
         expires_at=expires or None, clear_expires_at=args.expires_at is not None and not expires,
         provisioned_at=provisioned or None,
         clear_provisioned_at=args.provisioned_at is not None and not provisioned)
-    ctx.out.success(f"updated allocation {args.id}")
+    ctx.out.success(f"updated allocation {esc(args.id)}")
 
 
 @allocation_edit.args()
 def _(parser: a.Parser) -> None:
-    parser.add_argument("--id", required=True)
+    parser.add_argument("--id", required=True, help="allocation id (see `allocation show`)")
     _tres_flag(parser, "--tres", "replace the TRES")
-    parser.add_argument("--comment")
-    parser.add_argument("--expires-at", metavar="WHEN", help="ISO, +30d, or clear")
-    parser.add_argument("--provisioned-at", metavar="WHEN", help="ISO, +30d, or clear")
+    parser.add_argument("--comment", help="replace the comment")
+    parser.add_argument("--expires-at", metavar="WHEN",
+                        help=a.when_help("when the grant ends", clear=True))
+    parser.add_argument("--provisioned-at", metavar="WHEN",
+                        help=a.when_help("when it was provisioned", clear=True))
 
 
 @command("ng", "slurm", "allocation", "remove", help="remove an allocation", store=True,
@@ -271,12 +279,12 @@ def _(parser: a.Parser) -> None:
 async def allocation_remove(args: argparse.Namespace) -> None:
     ctx = args.ctx
     alloc = await ops.RemoveSlurmAllocation.run(ctx.store, ctx.author, allocation_id=args.id)
-    ctx.out.success(f"removed allocation {alloc.id} from QOS {alloc.qos}")
+    ctx.out.success(f"removed allocation {esc(alloc.id)} from QOS {esc(alloc.qos)}")
 
 
 @allocation_remove.args()
 def _(parser: a.Parser) -> None:
-    parser.add_argument("--id", required=True)
+    parser.add_argument("--id", required=True, help="allocation id (see `allocation show`)")
 
 
 @command("ng", "slurm", "allocation", "show", help="list allocations", store=True,
@@ -288,6 +296,8 @@ async def allocation_show(args: argparse.Namespace) -> None:
         if not args.site:
             raise InvalidInput("give --site (or --id)")
         await get_site(args.site)
+        await require_filter_names(args.site, account=args.group, partition=args.partition,
+                                   qos=args.qos)
         qos_names: set[str] | None = None
         if args.group or args.partition:
             assocs = await list_associations(args.site, account=args.group,
@@ -304,12 +314,13 @@ async def allocation_show(args: argparse.Namespace) -> None:
 
 @allocation_show.args()
 def _(parser: a.Parser) -> None:
-    parser.add_argument("--id")
+    parser.add_argument("--id", help="only this allocation")
     a.site(parser, required=False)
     a.group(parser, required=False, help="only QOS this group's associations use")
-    parser.add_argument("--partition")
-    parser.add_argument("--qos")
-    parser.add_argument("--field", choices=["group_limits", "user_limits", "job_limits"])
+    parser.add_argument("--partition", help="only allocations of QOS used in this partition")
+    parser.add_argument("--qos", help="only allocations of this QOS")
+    parser.add_argument("--field", choices=["group_limits", "user_limits", "job_limits"],
+                        help="only allocations adding to these limits")
     a.output_format(parser)
 
 
@@ -326,7 +337,7 @@ def _account_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 async def account_new(args: argparse.Namespace) -> None:
     ctx = args.ctx
     await ops.CreateSlurmAccount.run(ctx.store, ctx.author, **_account_kwargs(args))
-    ctx.out.success(f"created Slurm account [bold]{args.group}[/] at {args.site}")
+    ctx.out.success(f"created Slurm account [bold]{esc(args.group)}[/] at {esc(args.site)}")
 
 
 @command("ng", "slurm", "account", "edit", help="change an account's limits or coordinators",
@@ -337,7 +348,7 @@ async def account_edit(args: argparse.Namespace) -> None:
     if args.clear_coordinators:
         kwargs["coordinators"] = []
     await ops.EditSlurmAccount.run(ctx.store, ctx.author, **kwargs)
-    ctx.out.success(f"updated Slurm account [bold]{args.group}[/] at {args.site}")
+    ctx.out.success(f"updated Slurm account [bold]{esc(args.group)}[/] at {esc(args.site)}")
 
 
 for _handler in (account_new, account_edit):
@@ -353,7 +364,8 @@ for _handler in (account_new, account_edit):
         parser.add_argument("--coordinator", action="append", metavar="USER",
                             help="repeatable; replaces the list")
 
-account_edit.parser.add_argument("--clear-coordinators", action="store_true")
+account_edit.parser.add_argument("--clear-coordinators", action="store_true",
+                                 help="remove every coordinator")
 
 
 @command("ng", "slurm", "account", "remove", help="remove a group's Slurm account",
@@ -362,7 +374,7 @@ async def account_remove(args: argparse.Namespace) -> None:
     ctx = args.ctx
     await ops.RemoveSlurmAccount.run(ctx.store, ctx.author, site=args.site, group=args.group,
                                      force=args.force)
-    ctx.out.success(f"removed Slurm account [bold]{args.group}[/] at {args.site}")
+    ctx.out.success(f"removed Slurm account [bold]{esc(args.group)}[/] at {esc(args.site)}")
 
 
 @account_remove.args()
@@ -399,16 +411,17 @@ async def association_new(args: argparse.Namespace) -> None:
     await ops.CreateSlurmAssociation.run(ctx.store, ctx.author, site=args.site,
                                          group=args.group, partition=args.partition,
                                          qos=args.qos, default=args.default)
-    ctx.out.success(f"[bold]{args.group}[/] may use {args.partition} under {args.qos} "
-                    f"at {args.site}")
+    ctx.out.success(f"[bold]{esc(args.group)}[/] may use {esc(args.partition)} under "
+                    f"{esc(args.qos)} "
+                    f"at {esc(args.site)}")
 
 
 @association_new.args()
 def _(parser: a.Parser) -> None:
     a.group(parser)
     a.site(parser)
-    parser.add_argument("--partition", required=True)
-    parser.add_argument("--qos", required=True)
+    parser.add_argument("--partition", required=True, help="the partition the account may use")
+    parser.add_argument("--qos", required=True, help="the QOS it runs under there")
     parser.add_argument("--default", action="store_true",
                         help="make this the default QOS of the association")
 
@@ -420,14 +433,15 @@ async def association_remove(args: argparse.Namespace) -> None:
     count = await ops.RemoveSlurmAssociation.run(ctx.store, ctx.author, site=args.site,
                                                  group=args.group, partition=args.partition,
                                                  qos=args.qos)
-    ctx.out.success(f"removed {count} association(s) of [bold]{args.group}[/] at {args.site}")
+    ctx.out.success(f"removed {esc(count)} association(s) of [bold]{esc(args.group)}[/] at "
+                    f"{esc(args.site)}")
 
 
 @association_remove.args()
 def _(parser: a.Parser) -> None:
     a.site(parser)
     a.group(parser)
-    parser.add_argument("--partition")
+    parser.add_argument("--partition", help="only associations in this partition")
     parser.add_argument("--qos", help="only take this QOS out of the associations")
 
 
@@ -435,6 +449,8 @@ def _(parser: a.Parser) -> None:
          aliases=["list"])
 async def association_show(args: argparse.Namespace) -> None:
     await get_site(args.site)
+    await require_filter_names(args.site, account=args.group, partition=args.partition,
+                               qos=args.qos)
     found = await list_associations(args.site, account=args.group, partition=args.partition,
                                     qos=args.qos)
     rows = [{"account": x.account, "partition": x.partition, "qos": x.qos,
@@ -447,8 +463,8 @@ async def association_show(args: argparse.Namespace) -> None:
 def _(parser: a.Parser) -> None:
     a.site(parser)
     a.group(parser, required=False)
-    parser.add_argument("--partition")
-    parser.add_argument("--qos")
+    parser.add_argument("--partition", help="only associations in this partition")
+    parser.add_argument("--qos", help="only associations with this QOS")
     a.output_format(parser)
 
 
@@ -463,17 +479,20 @@ async def provision(args: argparse.Namespace) -> None:
         ctx.store, ctx.author, site=args.site, group=args.group, partition=args.partition,
         qos=args.qos, group_limits=parse_tres(args.group_limits, "--group-limits"),
         comment=args.comment, priority=args.priority, flags=args.flags)
-    ctx.out.success(f"[bold]{args.group}[/] can run in {args.partition} at {args.site} "
-                    f"(QOS {', '.join(assoc.qos)})")
+    ctx.out.success(f"[bold]{esc(args.group)}[/] can run in {esc(args.partition)} at "
+                    f"{esc(args.site)} "
+                    f"(QOS {esc(', '.join(assoc.qos))})")
 
 
 @provision.args()
 def _(parser: a.Parser) -> None:
     a.group(parser)
     a.site(parser)
-    parser.add_argument("--partition", required=True)
+    parser.add_argument("--partition", required=True, help="the partition the group should run in")
     parser.add_argument("--qos", help="default <group>-<partition>-qos")
     _tres_flag(parser, "--group-limits", "initial group limits of a new QOS")
-    parser.add_argument("--comment", default="initial allocation")
-    parser.add_argument("--priority", type=int, default=0)
-    parser.add_argument("--flags", nargs="*", metavar="FLAG")
+    parser.add_argument("--comment", default="initial allocation",
+                        help="comment of a new QOS's initial allocation")
+    parser.add_argument("--priority", type=int, default=0, help="priority of a new QOS (default 0)")
+    parser.add_argument("--flags", nargs="*", metavar="FLAG",
+                        help="flags of a new QOS (default DenyOnLimit)")

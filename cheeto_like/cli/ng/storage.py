@@ -22,6 +22,7 @@ from ...queries.storage import (
 )
 from .. import args as a
 from ..app import command, group_help
+from ..output import esc
 
 group_help("ng", "storage", help="storage: volumes, mounts, home/group/share storages")
 group_help("ng", "storage", "new", help="create home, group or share storage")
@@ -34,9 +35,9 @@ group_help("ng", "site", "storage", help="the site's storage defaults")
 
 def _mount_flags(parser: a.Parser) -> None:
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--automount-map", metavar="MAP")
-    group.add_argument("--static-mount", metavar="MOUNT")
-    group.add_argument("--no-mount", action="store_true")
+    group.add_argument("--automount-map", metavar="MAP", help="mount it through this automount map")
+    group.add_argument("--static-mount", metavar="MOUNT", help="mount it under this static mount")
+    group.add_argument("--no-mount", action="store_true", help="do not mount it anywhere")
 
 
 def _target_flags(parser: a.Parser) -> None:
@@ -90,8 +91,8 @@ async def storage_new_home(args: argparse.Namespace) -> None:
     storage = await ops.CreateHomeStorage.run(ctx.store, ctx.author, site=args.site,
                                               user=args.user, quota=args.quota,
                                               **_target_kwargs(args))
-    ctx.out.success(f"created home of [bold]{args.user}[/] at {args.site} "
-                    f"(volume {storage.volume})")
+    ctx.out.success(f"created home of [bold]{esc(args.user)}[/] at {esc(args.site)} "
+                    f"(volume {esc(storage.volume)})")
 
 
 @storage_new_home.args()
@@ -108,15 +109,15 @@ async def storage_new_group(args: argparse.Namespace) -> None:
     storage = await ops.CreateGroupStorage.run(
         ctx.store, ctx.author, site=args.site, group=args.group, owner=args.owner,
         quota=args.quota, globus=args.globus, **_target_kwargs(args))
-    ctx.out.success(f"created group storage [bold]{args.group}[/] at {args.site} "
-                    f"(volume {storage.volume}, owner {storage.owner})")
+    ctx.out.success(f"created group storage [bold]{esc(args.group)}[/] at {esc(args.site)} "
+                    f"(volume {esc(storage.volume)}, owner {esc(storage.owner)})")
 
 
 @storage_new_group.args()
 def _(parser: a.Parser) -> None:
     a.site(parser)
     a.group(parser)
-    parser.add_argument("--quota", required=True)
+    parser.add_argument("--quota", required=True, help="quota, e.g. 1T or 500G")
     parser.add_argument("--owner", metavar="USER", help="default: the group's only sponsor")
     parser.add_argument("--globus", action="store_true", help="share it through Globus")
     _target_flags(parser)
@@ -128,18 +129,18 @@ async def storage_new_share(args: argparse.Namespace) -> None:
     storage = await ops.CreateShareStorage.run(
         ctx.store, ctx.author, site=args.site, name=args.name, owner=args.owner,
         group=args.group, quota=args.quota, globus=args.globus, **_target_kwargs(args))
-    ctx.out.success(f"created share [bold]{args.name}[/] at {args.site} "
-                    f"(volume {storage.volume})")
+    ctx.out.success(f"created share [bold]{esc(args.name)}[/] at {esc(args.site)} "
+                    f"(volume {esc(storage.volume)})")
 
 
 @storage_new_share.args()
 def _(parser: a.Parser) -> None:
     a.site(parser)
-    parser.add_argument("--name", "-n", required=True)
-    parser.add_argument("--owner", required=True, metavar="USER")
+    parser.add_argument("--name", "-n", required=True, help="the share's name")
+    parser.add_argument("--owner", required=True, metavar="USER", help="the user who owns it")
     a.group(parser)
-    parser.add_argument("--quota")
-    parser.add_argument("--globus", action="store_true")
+    parser.add_argument("--quota", help="quota, e.g. 1T or 500G")
+    parser.add_argument("--globus", action="store_true", help="share it through Globus")
     _target_flags(parser)
 
 
@@ -159,8 +160,9 @@ def _(parser: a.Parser) -> None:
     a.site(parser)
     a.user(parser, required=False, help="only storages this user owns")
     a.group(parser, required=False, help="only storages of this group")
-    parser.add_argument("--category", choices=["home", "group", "share"])
-    parser.add_argument("--host")
+    parser.add_argument("--category", choices=["home", "group", "share"],
+                        help="only storages of this kind")
+    parser.add_argument("--host", help="only storages on this file server")
     a.output_format(parser)
 
 
@@ -179,9 +181,10 @@ async def storage_show(args: argparse.Namespace) -> None:
 
 @storage_show.args()
 def _(parser: a.Parser) -> None:
-    parser.add_argument("name")
+    parser.add_argument("name", help="the storage's name (its user, group or share)")
     a.site(parser)
-    parser.add_argument("--category", choices=["home", "group", "share"])
+    parser.add_argument("--category", choices=["home", "group", "share"],
+                        help="which kind, when the name is ambiguous")
     a.output_format(parser)
 
 
@@ -193,14 +196,16 @@ async def storage_set_mount(args: argparse.Namespace) -> None:
         mount_name=args.mount_name or "", automount_map=args.automount_map,
         static_mount=args.static_mount, no_mount=args.no_mount)
     mechanism = storage.automount_map or storage.static_mount or "no mount"
-    ctx.out.success(f"storage [bold]{args.name}[/] now uses {mechanism}")
+    ctx.out.success(f"storage [bold]{esc(args.name)}[/] now uses {esc(mechanism)}")
 
 
 @storage_set_mount.args()
 def _(parser: a.Parser) -> None:
     a.site(parser)
-    parser.add_argument("--name", "-n", required=True)
-    parser.add_argument("--category", choices=["home", "group", "share"])
+    parser.add_argument("--name", "-n", required=True,
+                        help="the storage's name (its user, group or share)")
+    parser.add_argument("--category", choices=["home", "group", "share"],
+                        help="which kind, when the name is ambiguous")
     parser.add_argument("--mount-name", help="the automount key (default: the name)")
     _mount_flags(parser)
 
@@ -213,12 +218,13 @@ async def storage_rehome(args: argparse.Namespace) -> None:
     home = await find_home_storage(args.user, site.name)
     target = site.storage.default_home_volume
     if home is not None and target:
-        ctx.out.info(f"{args.user}: home volume {home.volume} -> a new child of {target} "
+        ctx.out.info(f"{esc(args.user)}: home volume {esc(home.volume)} -> a new child of "
+                     f"{esc(target)} "
                      "(the old volume record stays; no files are moved)")
     if not ctx.confirm(f"Re-home {args.user} at {site.name}?", force=args.force):
         raise Conflict("not confirmed; pass --force to re-home without asking")
     storage = await ops.RehomeUser.run(ctx.store, ctx.author, site=args.site, user=args.user)
-    ctx.out.success(f"re-homed [bold]{args.user}[/] to volume {storage.volume}")
+    ctx.out.success(f"re-homed [bold]{esc(args.user)}[/] to volume {esc(storage.volume)}")
 
 
 @storage_rehome.args()
@@ -235,18 +241,20 @@ async def storage_edit(args: argparse.Namespace) -> None:
     await ops.EditStorage.run(ctx.store, ctx.author, site=args.site, name=args.name,
                               category=args.category, quota=args.quota, owner=args.owner,
                               group=args.group, globus=args.globus)
-    ctx.out.success(f"updated storage [bold]{args.name}[/] at {args.site}")
+    ctx.out.success(f"updated storage [bold]{esc(args.name)}[/] at {esc(args.site)}")
 
 
 @storage_edit.args()
 def _(parser: a.Parser) -> None:
-    parser.add_argument("name")
+    parser.add_argument("name", help="the storage's name (its user, group or share)")
     a.site(parser)
-    parser.add_argument("--category", choices=["home", "group", "share"])
+    parser.add_argument("--category", choices=["home", "group", "share"],
+                        help="which kind, when the name is ambiguous")
     parser.add_argument("--quota", help="the whole volume's quota (replaces its allocations)")
-    parser.add_argument("--owner", metavar="USER")
+    parser.add_argument("--owner", metavar="USER", help="the new owner")
     a.group(parser, required=False)
-    parser.add_argument("--globus", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--globus", action=argparse.BooleanOptionalAction, default=None,
+                        help="share it through Globus (or stop)")
 
 
 @command("ng", "storage", "remove", help="remove a storage record", store=True, aliases=["rm"])
@@ -255,15 +263,17 @@ async def storage_remove(args: argparse.Namespace) -> None:
     storage = await ops.RemoveStorage.run(ctx.store, ctx.author, site=args.site,
                                           name=args.name, category=args.category,
                                           force=args.force)
-    ctx.out.success(f"removed storage [bold]{args.name}[/] ({storage.category}) at {args.site}; "
-                    f"volume {storage.volume} is kept")
+    ctx.out.success(f"removed storage [bold]{esc(args.name)}[/] ({esc(storage.category)}) at "
+                    f"{esc(args.site)}; "
+                    f"volume {esc(storage.volume)} is kept")
 
 
 @storage_remove.args()
 def _(parser: a.Parser) -> None:
-    parser.add_argument("name")
+    parser.add_argument("name", help="the storage's name (its user, group or share)")
     a.site(parser)
-    parser.add_argument("--category", choices=["home", "group", "share"])
+    parser.add_argument("--category", choices=["home", "group", "share"],
+                        help="which kind, when the name is ambiguous")
     a.force(parser, help="remove it even while it is mounted")
 
 
@@ -277,20 +287,22 @@ async def volume_new(args: argparse.Namespace) -> None:
         ctx.store, ctx.author, site=args.site, name=args.name, backend=args.backend,
         host=args.host, host_path=args.host_path, parent=args.parent, quota=args.quota,
         export_options=args.export_options, export_ranges=args.export_ranges or [])
-    ctx.out.success(f"created volume [bold]{volume.name}[/] at {volume.host}:{volume.host_path}")
+    ctx.out.success(f"created volume [bold]{esc(volume.name)}[/] at "
+                    f"{esc(volume.host)}:{esc(volume.host_path)}")
 
 
 @volume_new.args()
 def _(parser: a.Parser) -> None:
-    parser.add_argument("name")
+    parser.add_argument("name", help="volume name")
     a.site(parser)
-    parser.add_argument("--backend", choices=["zfs", "quobyte"])
-    parser.add_argument("--host")
-    parser.add_argument("--host-path")
-    parser.add_argument("--parent", metavar="VOLUME")
-    parser.add_argument("--quota")
-    parser.add_argument("--export-options", default="")
-    parser.add_argument("--export-ranges", nargs="+", metavar="CIDR")
+    parser.add_argument("--backend", choices=["zfs", "quobyte"], help="storage backend")
+    parser.add_argument("--host", help="the file server that exports it")
+    parser.add_argument("--host-path", help="its path on the file server")
+    parser.add_argument("--parent", metavar="VOLUME", help="create it as a child of this volume")
+    parser.add_argument("--quota", help="quota, e.g. 10T")
+    parser.add_argument("--export-options", default="", help="NFS export options (e.g. rw,sync)")
+    parser.add_argument("--export-ranges", nargs="+", metavar="CIDR",
+                        help="networks it is exported to")
 
 
 @command("ng", "storage", "volume", "list", help="list a site's volumes", store=True)
@@ -317,7 +329,7 @@ async def volume_show(args: argparse.Namespace) -> None:
 
 @volume_show.args()
 def _(parser: a.Parser) -> None:
-    parser.add_argument("name")
+    parser.add_argument("name", help="volume name")
     a.site(parser)
     a.output_format(parser)
 
@@ -330,15 +342,15 @@ async def volume_set_mounts(args: argparse.Namespace) -> int:
         ctx.store, ctx.author, site=args.site, volume=args.name,
         automount_map=args.automount_map, static_mount=args.static_mount,
         no_mount=args.no_mount)
-    ctx.out.success(f"{len(result['updated'])} storage(s) now use {result['mechanism']}")
+    ctx.out.success(f"{len(result['updated'])} storage(s) now use {esc(result['mechanism'])}")
     for warning in result["warnings"]:
-        ctx.out.warn(warning)
+        ctx.out.warn(esc(warning))
     return 1 if result["warnings"] else 0
 
 
 @volume_set_mounts.args()
 def _(parser: a.Parser) -> None:
-    parser.add_argument("name")
+    parser.add_argument("name", help="volume name")
     a.site(parser)
     _mount_flags(parser)
 
@@ -349,15 +361,15 @@ async def volume_alloc_add(args: argparse.Namespace) -> None:
     volume = await ops.AddVolumeAllocation.run(ctx.store, ctx.author, site=args.site,
                                                volume=args.name, quota=args.quota,
                                                comment=args.comment)
-    ctx.out.success(f"volume [bold]{volume.name}[/] quota is now {volume.quota}")
+    ctx.out.success(f"volume [bold]{esc(volume.name)}[/] quota is now {esc(volume.quota)}")
 
 
 @volume_alloc_add.args()
 def _(parser: a.Parser) -> None:
-    parser.add_argument("name")
+    parser.add_argument("name", help="volume name")
     a.site(parser)
-    parser.add_argument("--quota", required=True)
-    parser.add_argument("--comment", default="")
+    parser.add_argument("--quota", required=True, help="quota added, e.g. 1T")
+    parser.add_argument("--comment", default="", help="why it was granted")
 
 
 @command("ng", "storage", "volume", "alloc", "remove", help="remove a quota allocation",
@@ -366,12 +378,13 @@ async def volume_alloc_remove(args: argparse.Namespace) -> None:
     ctx = args.ctx
     volume = await ops.RemoveVolumeAllocation.run(ctx.store, ctx.author, site=args.site,
                                                   volume=args.name, index=args.index)
-    ctx.out.success(f"volume [bold]{volume.name}[/] quota is now {volume.quota or 'none'}")
+    ctx.out.success(f"volume [bold]{esc(volume.name)}[/] quota is now "
+                    f"{esc(volume.quota or 'none')}")
 
 
 @volume_alloc_remove.args()
 def _(parser: a.Parser) -> None:
-    parser.add_argument("name")
+    parser.add_argument("name", help="volume name")
     a.site(parser)
     parser.add_argument("--index", type=int, required=True, help="0-based (see volume show)")
 
@@ -383,16 +396,17 @@ async def volume_alloc_edit(args: argparse.Namespace) -> None:
     volume = await ops.EditVolumeAllocation.run(ctx.store, ctx.author, site=args.site,
                                                 volume=args.name, index=args.index,
                                                 quota=args.quota, comment=args.comment)
-    ctx.out.success(f"volume [bold]{volume.name}[/] quota is now {volume.quota}")
+    ctx.out.success(f"volume [bold]{esc(volume.name)}[/] quota is now {esc(volume.quota)}")
 
 
 @volume_alloc_edit.args()
 def _(parser: a.Parser) -> None:
-    parser.add_argument("name")
+    parser.add_argument("name", help="volume name")
     a.site(parser)
-    parser.add_argument("--index", type=int, required=True)
-    parser.add_argument("--quota", required=True)
-    parser.add_argument("--comment")
+    parser.add_argument("--index", type=int, required=True,
+                        help="which allocation (see `volume show`)")
+    parser.add_argument("--quota", required=True, help="its new quota, e.g. 1T")
+    parser.add_argument("--comment", help="replace the comment")
 
 
 # -- mounts -------------------------------------------------------------------------------
@@ -405,19 +419,20 @@ async def static_mount_new(args: argparse.Namespace) -> None:
         ctx.store, ctx.author, site=args.site, name=args.name, fstype=args.fstype,
         mount_path=args.mount_path, volume=args.volume, subpath=args.subpath or "",
         spec=args.spec or "", options=args.options or [])
-    ctx.out.success(f"created static mount [bold]{mount.name}[/] at {mount.mount_path}")
+    ctx.out.success(f"created static mount [bold]{esc(mount.name)}[/] at {esc(mount.mount_path)}")
 
 
 @static_mount_new.args()
 def _(parser: a.Parser) -> None:
-    parser.add_argument("name")
+    parser.add_argument("name", help="mount name")
     a.site(parser)
-    parser.add_argument("--fstype", required=True, choices=["nfs", "nfs4", "cvmfs"])
-    parser.add_argument("--mount-path", required=True)
-    parser.add_argument("--volume")
-    parser.add_argument("--subpath")
+    parser.add_argument("--fstype", required=True, choices=["nfs", "nfs4", "cvmfs"],
+                        help="filesystem type")
+    parser.add_argument("--mount-path", required=True, help="where clients mount it")
+    parser.add_argument("--volume", help="the volume it mounts")
+    parser.add_argument("--subpath", help="a path inside the volume")
     parser.add_argument("--spec", help="a raw device spec (e.g. a cvmfs repository)")
-    parser.add_argument("--options", nargs="+", metavar="OPT")
+    parser.add_argument("--options", nargs="+", metavar="OPT", help="mount options (e.g. rw hard)")
 
 
 @command("ng", "storage", "static-mount", "list", help="list static mounts", store=True)
@@ -441,15 +456,16 @@ async def automount_map_new(args: argparse.Namespace) -> None:
     amap = await ops.CreateAutomountMap.run(ctx.store, ctx.author, site=args.site,
                                             name=args.name, prefix=args.prefix,
                                             options=args.options or [])
-    ctx.out.success(f"created automount map [bold]{amap.name}[/] for {amap.prefix}")
+    ctx.out.success(f"created automount map [bold]{esc(amap.name)}[/] for {esc(amap.prefix)}")
 
 
 @automount_map_new.args()
 def _(parser: a.Parser) -> None:
-    parser.add_argument("name")
+    parser.add_argument("name", help="map name (e.g. home)")
     a.site(parser)
     parser.add_argument("--prefix", required=True, help="where its keys appear, e.g. /home")
-    parser.add_argument("--options", nargs="+", metavar="OPT")
+    parser.add_argument("--options", nargs="+", metavar="OPT",
+                        help="default mount options of its entries")
 
 
 @command("ng", "storage", "automount-map", "list", help="list automount maps", store=True)
@@ -484,7 +500,7 @@ async def automount_map_show(args: argparse.Namespace) -> None:
 
 @automount_map_show.args()
 def _(parser: a.Parser) -> None:
-    parser.add_argument("name")
+    parser.add_argument("name", help="map name")
     a.site(parser)
     a.output_format(parser)
 
@@ -500,18 +516,21 @@ async def site_storage_set_defaults(args: argparse.Namespace) -> None:
         home_quota=args.home_quota, home_automount_map=args.home_automount_map,
         home_static_mount=args.home_static_mount, clear=args.clear or [])
     settings = site.storage
-    ctx.out.success(f"{site.name} homes: volume {settings.default_home_volume or '-'}, quota "
-                    f"{settings.default_home_quota or '-'}, mount "
-                    f"{settings.home_automount_map or settings.home_static_mount or '-'}")
+    ctx.out.success(f"{esc(site.name)} homes: volume "
+                    f"{esc(settings.default_home_volume or '-')}, quota "
+                    f"{esc(settings.default_home_quota or '-')}, mount "
+                    f"{esc(settings.home_automount_map or settings.home_static_mount or '-')}")
 
 
 @site_storage_set_defaults.args()
 def _(parser: a.Parser) -> None:
     a.site(parser)
     parser.add_argument("--home-volume", metavar="VOLUME", help="parent volume of new homes")
-    parser.add_argument("--home-quota")
+    parser.add_argument("--home-quota", help="quota of new homes, e.g. 20G")
     mount = parser.add_mutually_exclusive_group()
-    mount.add_argument("--home-automount-map", metavar="MAP")
-    mount.add_argument("--home-static-mount", metavar="MOUNT")
+    mount.add_argument("--home-automount-map", metavar="MAP",
+                       help="mount new homes through this map")
+    mount.add_argument("--home-static-mount", metavar="MOUNT",
+                       help="mount new homes under this mount")
     parser.add_argument("--clear", nargs="+", choices=["home_volume", "home_quota",
-                                                       "home_mount"])
+                                                       "home_mount"], help="unset these defaults")

@@ -7,8 +7,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ...constants import USER_STATUSES
 from ...credentials import generate_password, parse_ssh_key
 from ...errors import InvalidInput, NotFound
+from ...files import read_small_text
 from ...models import SshKey, User
 from ...operations import user as ops
 from ...operations.user_site import AddSiteUser, RemoveSiteUser
@@ -29,6 +31,7 @@ from ...queries.user import (
 )
 from .. import args as a
 from ..app import command, group_help
+from ..output import esc
 
 group_help("ng", "user", help="users: create, change, show, list")
 group_help("ng", "user", "new", help="create users")
@@ -65,7 +68,7 @@ def user_data(user: User) -> dict[str, Any]:
 
 def _print_password(args: argparse.Namespace, user: str, password: str) -> None:
     """A generated password is shown once: on stdout, so scripts can capture it."""
-    args.ctx.out.info(f"generated password for [bold]{user}[/] (shown once, on stdout):")
+    args.ctx.out.info(f"generated password for [bold]{esc(user)}[/] (shown once, on stdout):")
     args.ctx.out.write_raw(password + "\n")
 
 
@@ -88,12 +91,12 @@ def _password_args(parser: a.Parser) -> None:
                        help="read the password from the first line of stdin")
 
 
+KEY_FILE_MAX_BYTES = 64 * 1024  # a public key is at most a few KB; a bigger file is a mistake
+
+
 def _key_from(args: argparse.Namespace) -> str | None:
     if getattr(args, "key_file", None):
-        try:
-            return Path(args.key_file).expanduser().read_text()
-        except OSError as exc:
-            raise InvalidInput(f"cannot read {args.key_file}: {exc.strerror}") from None
+        return read_small_text(args.key_file, limit=KEY_FILE_MAX_BYTES, what="an SSH public key")
     return getattr(args, "key", None)
 
 
@@ -116,7 +119,8 @@ async def user_new_generic(args: argparse.Namespace) -> None:
         fullname=args.fullname, surname=args.surname, type=args.type, shell=args.shell,
         status=args.status, access=args.access or [], home_directory=args.home_directory,
         password=password, ssh_key=_key_from(args), expires_at=expires)
-    ctx.out.success(f"created user [bold]{user.name}[/] (uid={user.uid}, gid={user.gid})")
+    ctx.out.success(f"created user [bold]{esc(user.name)}[/] (uid={esc(user.uid)}, "
+                    f"gid={esc(user.gid)})")
     if password and args.password:
         _print_password(args, user.name, password)
 
@@ -124,18 +128,21 @@ async def user_new_generic(args: argparse.Namespace) -> None:
 @user_new_generic.args()
 def _(parser: a.Parser) -> None:
     a.user(parser)
-    parser.add_argument("--email", required=True)
-    parser.add_argument("--fullname", required=True)
-    parser.add_argument("--uid", type=int, required=True)
+    parser.add_argument("--email", required=True, help="e-mail address")
+    parser.add_argument("--fullname", required=True, help="full name (GECOS)")
+    parser.add_argument("--uid", type=int, required=True, help="the user's uid (0..4294967295)")
     parser.add_argument("--gid", type=int, help="primary gid (default: the uid)")
     parser.add_argument("--surname", help="LDAP sn (default: last word of the full name)")
     parser.add_argument("--type", default="user", help="user type (user, admin, …)")
-    parser.add_argument("--shell", default="/usr/bin/bash")
-    parser.add_argument("--status", default="active")
+    parser.add_argument("--shell", default="/usr/bin/bash",
+                        help="login shell (default /usr/bin/bash)")
+    parser.add_argument("--status", default="active", choices=USER_STATUSES,
+                        help="initial status (default active)")
     parser.add_argument("--access", "-a", nargs="+", metavar="ACCESS",
                         help="global access (login-ssh, slurm, …)")
     parser.add_argument("--home-directory", help="default /home/<user>")
-    parser.add_argument("--expires-at", metavar="WHEN", help="ISO 8601 or +30d/+6mo")
+    parser.add_argument("--expires-at", metavar="WHEN",
+                        help=a.when_help("when the account expires"))
     _password_args(parser)
     _key_args(parser, required=False)
 
@@ -148,7 +155,7 @@ async def user_new_system(args: argparse.Namespace) -> None:
     user, _ = await ops.CreateSystemUser.run(ctx.store, ctx.author, name=args.user,
                                              email=args.email, fullname=args.fullname,
                                              password=password)
-    ctx.out.success(f"created system user [bold]{user.name}[/] (uid={user.uid})")
+    ctx.out.success(f"created system user [bold]{esc(user.name)}[/] (uid={esc(user.uid)})")
     if password and args.password:
         _print_password(args, user.name, password)
 
@@ -156,7 +163,8 @@ async def user_new_system(args: argparse.Namespace) -> None:
 @user_new_system.args()
 def _(parser: a.Parser) -> None:
     a.user(parser)
-    parser.add_argument("--email", default="hpc-help@ucdavis.edu")
+    parser.add_argument("--email", default="hpc-help@ucdavis.edu",
+                        help="e-mail address (default hpc-help@ucdavis.edu)")
     parser.add_argument("--fullname", help="default 'HPCCF <user>'")
     _password_args(parser)
 
@@ -169,7 +177,7 @@ async def user_new_shared(args: argparse.Namespace) -> None:
     user, _ = await ops.CreateSharedUser.run(ctx.store, ctx.author, name=args.user,
                                              email=args.email, fullname=args.fullname,
                                              password=password)
-    ctx.out.success(f"created shared user [bold]{user.name}[/] (uid={user.uid})")
+    ctx.out.success(f"created shared user [bold]{esc(user.name)}[/] (uid={esc(user.uid)})")
     if password and args.password:
         _print_password(args, user.name, password)
 
@@ -177,13 +185,14 @@ async def user_new_shared(args: argparse.Namespace) -> None:
 @user_new_shared.args()
 def _(parser: a.Parser) -> None:
     a.user(parser)
-    parser.add_argument("--email", required=True)
-    parser.add_argument("--fullname", required=True)
+    parser.add_argument("--email", required=True, help="e-mail address")
+    parser.add_argument("--fullname", required=True, help="full name (GECOS)")
     _password_args(parser)
 
 
 @command("ng", "user", "new", "class",
-         help="create a batch of course accounts (all or nothing)", store=True)
+         help="create a batch of course accounts (all or nothing)", store=True,
+         progress="class accounts")
 async def user_new_class(args: argparse.Namespace) -> None:
     """Passwords are shown once: in a 0600 file when --file is given (opened before
     anything is created, removed again if creation fails), else as a table on stdout."""
@@ -215,7 +224,7 @@ async def user_new_class(args: argparse.Namespace) -> None:
     if handle is not None:
         with handle:
             handle.write("".join(f"{line}\n" for line in lines))
-        ctx.out.success(f"created {len(created)} class account(s); passwords in {args.file}")
+        ctx.out.success(f"created {len(created)} class account(s); passwords in {esc(args.file)}")
     else:
         ctx.out.success(f"created {len(created)} class account(s); passwords (shown once) "
                         "on stdout:")
@@ -226,8 +235,10 @@ async def user_new_class(args: argparse.Namespace) -> None:
 def _(parser: a.Parser) -> None:
     a.site(parser)
     parser.add_argument("--prefix", required=True, help="names become <prefix>-01, …")
-    parser.add_argument("--count", "-n", type=int, required=True)
-    parser.add_argument("--expires-at", required=True, metavar="WHEN", help="ISO or +4mo")
+    parser.add_argument("--count", "-n", type=int, required=True,
+                        help="how many accounts to create")
+    parser.add_argument("--expires-at", required=True, metavar="WHEN",
+                        help=a.when_help("when the accounts expire"))
     parser.add_argument("--file", "-f", metavar="PATH",
                         help="write 'user password' lines to this new 0600 file")
     a.group(parser, required=False, help="also make them members of this group")
@@ -248,7 +259,7 @@ async def user_status(args: argparse.Namespace) -> None:
                                 reason=args.reason, site=args.site, reset=args.reset)
     scope = f"at {args.site}" if args.site else "globally"
     what = "reset to the global status" if args.reset else f"set to {args.status}"
-    ctx.out.success(f"status of [bold]{args.user}[/] {what} {scope}")
+    ctx.out.success(f"status of [bold]{esc(args.user)}[/] {esc(what)} {esc(scope)}")
 
 
 @user_status.args()
@@ -256,7 +267,7 @@ def _(parser: a.Parser) -> None:
     a.user(parser)
     a.site(parser, required=False, help="only at this site")
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--status", help="active, inactive, disabled or offboarding")
+    group.add_argument("--status", choices=USER_STATUSES, help="the new status")
     group.add_argument("--reset", action="store_true", help="drop the site's override")
     parser.add_argument("--reason", required=True, help="recorded in the user's comments")
 
@@ -268,12 +279,13 @@ def _field_command(field: str, flag: str, help: str) -> None:
         op = {"type": ops.SetUserType, "shell": ops.SetUserShell, "email": ops.SetUserEmail}
         await op[field].run(ctx.store, ctx.author, name=args.user,
                             **{field: getattr(args, field)})
-        ctx.out.success(f"{field} of [bold]{args.user}[/] set to {getattr(args, field)}")
+        ctx.out.success(f"{esc(field)} of [bold]{esc(args.user)}[/] set to "
+                        f"{esc(getattr(args, field))}")
 
     @handler.args()
     def _(parser: a.Parser) -> None:
         a.user(parser)
-        parser.add_argument(flag, required=True, dest=field)
+        parser.add_argument(flag, required=True, dest=field, help=f"the new {field}")
 
 
 _field_command("type", "--type", "set a user's type")
@@ -292,7 +304,7 @@ async def user_password(args: argparse.Namespace) -> None:
     else:
         password = generate_password()
     await ops.SetUserPassword.run(ctx.store, ctx.author, name=args.user, password=password)
-    ctx.out.success(f"password of [bold]{args.user}[/] changed")
+    ctx.out.success(f"password of [bold]{esc(args.user)}[/] changed")
     if not args.stdin:
         _print_password(args, args.user, password)
 
@@ -308,13 +320,13 @@ def _(parser: a.Parser) -> None:
 async def user_comment(args: argparse.Namespace) -> None:
     ctx = args.ctx
     await ops.AddUserComment.run(ctx.store, ctx.author, name=args.user, comment=args.comment)
-    ctx.out.success(f"comment added to [bold]{args.user}[/]")
+    ctx.out.success(f"comment added to [bold]{esc(args.user)}[/]")
 
 
 @user_comment.args()
 def _(parser: a.Parser) -> None:
     a.user(parser)
-    parser.add_argument("--comment", "-c", required=True)
+    parser.add_argument("--comment", "-c", required=True, help="the text to append")
 
 
 @command("ng", "user", "rename", help="rename a user (and their personal group) everywhere",
@@ -322,13 +334,14 @@ def _(parser: a.Parser) -> None:
 async def user_rename(args: argparse.Namespace) -> None:
     ctx = args.ctx
     await ops.RenameUser.run(ctx.store, ctx.author, name=args.user, new_name=args.new_name)
-    ctx.out.success(f"renamed user [bold]{args.user}[/] to [bold]{args.new_name}[/]")
+    ctx.out.success(f"renamed user [bold]{esc(args.user)}[/] to [bold]{esc(args.new_name)}[/]")
 
 
 @user_rename.args()
 def _(parser: a.Parser) -> None:
     a.user(parser, help="current name")
-    parser.add_argument("--new-name", "--to", required=True, dest="new_name")
+    parser.add_argument("--new-name", "--to", required=True, dest="new_name",
+                        help="the user's new name")
 
 
 # -- access, keys, sites ---------------------------------------------------------------
@@ -341,7 +354,7 @@ async def user_add_access(args: argparse.Namespace) -> None:
     await ops.AddUserAccess.run(ctx.store, ctx.author, name=args.user, access=args.access,
                                 site=args.site)
     scope = f" at {args.site}" if args.site else ""
-    ctx.out.success(f"[bold]{args.user}[/] has {', '.join(args.access)}{scope}")
+    ctx.out.success(f"[bold]{esc(args.user)}[/] has {esc(', '.join(args.access))}{esc(scope)}")
 
 
 @command("ng", "user", "remove", "access", help="revoke access, globally or at one site",
@@ -351,7 +364,8 @@ async def user_remove_access(args: argparse.Namespace) -> None:
     await ops.RemoveUserAccess.run(ctx.store, ctx.author, name=args.user, access=args.access,
                                    site=args.site)
     scope = f" at {args.site}" if args.site else ""
-    ctx.out.success(f"[bold]{args.user}[/] no longer has {', '.join(args.access)}{scope}")
+    ctx.out.success(f"[bold]{esc(args.user)}[/] no longer has "
+                    f"{esc(', '.join(args.access))}{esc(scope)}")
 
 
 for _handler in (user_add_access, user_remove_access):
@@ -359,7 +373,8 @@ for _handler in (user_add_access, user_remove_access):
     def _(parser: a.Parser) -> None:
         a.user(parser)
         a.site(parser, required=False, help="only at this site (a per-site override)")
-        parser.add_argument("--access", "-a", nargs="+", required=True, metavar="ACCESS")
+        parser.add_argument("--access", "-a", nargs="+", required=True, metavar="ACCESS",
+                            help="access kinds (login-ssh, slurm, sudo, …)")
 
 
 @command("ng", "user", "add", "ssh-key", help="add an SSH public key", store=True)
@@ -367,7 +382,8 @@ async def user_add_ssh_key(args: argparse.Namespace) -> None:
     ctx = args.ctx
     key = await ops.AddUserSshKey.run(ctx.store, ctx.author, name=args.user,
                                       key=_key_from(args) or "", replace=args.replace)
-    ctx.out.success(f"added key {parse_ssh_key(key.key).fingerprint} to [bold]{args.user}[/]")
+    ctx.out.success(f"added key {esc(parse_ssh_key(key.key).fingerprint)} to "
+                    f"[bold]{esc(args.user)}[/]")
 
 
 @user_add_ssh_key.args()
@@ -400,8 +416,8 @@ async def user_remove_ssh_key(args: argparse.Namespace) -> None:
                                + (" or --force" if len(keys) == 1 else ""))
     removed = await ops.RemoveUserSshKey.run(ctx.store, ctx.author, name=args.user,
                                              key_id=key_id)
-    ctx.out.success(f"removed key {_ssh_key_data(removed)['fingerprint']} from "
-                    f"[bold]{args.user}[/]")
+    ctx.out.success(f"removed key {esc(_ssh_key_data(removed)['fingerprint'])} from "
+                    f"[bold]{esc(args.user)}[/]")
 
 
 @user_remove_ssh_key.args()
@@ -415,14 +431,14 @@ def _(parser: a.Parser) -> None:
 async def user_add_site(args: argparse.Namespace) -> None:
     ctx = args.ctx
     await AddSiteUser.run(ctx.store, ctx.author, user=args.user, site=args.site)
-    ctx.out.success(f"[bold]{args.user}[/] is on site {args.site}")
+    ctx.out.success(f"[bold]{esc(args.user)}[/] is on site {esc(args.site)}")
 
 
 @command("ng", "user", "remove", "site", help="take a user off a site", store=True)
 async def user_remove_site(args: argparse.Namespace) -> None:
     ctx = args.ctx
     await RemoveSiteUser.run(ctx.store, ctx.author, user=args.user, site=args.site)
-    ctx.out.success(f"[bold]{args.user}[/] is no longer on site {args.site}")
+    ctx.out.success(f"[bold]{esc(args.user)}[/] is no longer on site {esc(args.site)}")
 
 
 for _handler in (user_add_site, user_remove_site):
@@ -470,9 +486,9 @@ async def user_show(args: argparse.Namespace) -> None:
 @user_show.args()
 def _(parser: a.Parser) -> None:
     who = parser.add_mutually_exclusive_group(required=True)
-    who.add_argument("--user", "-u", metavar="USER")
-    who.add_argument("--uid", type=int)
-    who.add_argument("--email")
+    who.add_argument("--user", "-u", metavar="USER", help="user name")
+    who.add_argument("--uid", type=int, help="find the user by uid")
+    who.add_argument("--email", help="find the user by e-mail address")
     a.site(parser, required=False, help="show the user's state at this site")
     a.output_format(parser)
 
@@ -500,9 +516,9 @@ async def user_list(args: argparse.Namespace) -> None:
 
 @user_list.args()
 def _(parser: a.Parser) -> None:
-    parser.add_argument("--status")
-    parser.add_argument("--access")
-    parser.add_argument("--type")
+    parser.add_argument("--status", choices=USER_STATUSES, help="only users with this status")
+    parser.add_argument("--access", help="only users with this access")
+    parser.add_argument("--type", help="only users of this type")
     a.site(parser, required=False, help="only users on this site (site-effective filters)")
     a.group(parser, required=False, help="only members of this group")
     parser.add_argument("--operator", choices=["AND", "OR"], default="AND",
@@ -539,5 +555,5 @@ def _(parser: a.Parser) -> None:
 async def user_clear_offboarding(args: argparse.Namespace) -> None:
     ctx = args.ctx
     cleared = await ops.ClearOffboardingSiteStatuses.run(ctx.store, ctx.author)
-    ctx.out.success(f"cleared {cleared} per-site status override(s)")
+    ctx.out.success(f"cleared {esc(cleared)} per-site status override(s)")
 

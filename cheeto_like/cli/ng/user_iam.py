@@ -9,6 +9,7 @@ from ...credentials import generate_password
 from ...operations.iam import IAMSettings, create_user_from_iam
 from .. import args as a
 from ..app import command
+from ..output import esc
 from .iam import iam_config
 
 
@@ -23,10 +24,11 @@ async def user_new_iam(args: argparse.Namespace) -> None:
             ctx.require_store(), ctx.author, client, args.identifier,
             settings=IAMSettings.from_config(config), user_type=args.type,
             access=args.access or [], password=password)
-    ctx.out.success(f"created user [bold]{user.name}[/] (uid={user.uid}, {user.email}) from "
-                    f"IAM person {result.iam_id}")
+    ctx.out.success(f"created user [bold]{esc(user.name)}[/] (uid={esc(user.uid)}, "
+                    f"{esc(user.email)}) from "
+                    f"IAM person {esc(result.iam_id)}")
     if password:
-        ctx.out.info(f"generated password for [bold]{user.name}[/] (shown once, on stdout):")
+        ctx.out.info(f"generated password for [bold]{esc(user.name)}[/] (shown once, on stdout):")
         ctx.out.write_raw(password + "\n")
 
 

@@ -1,0 +1,188 @@
+"""Benchmark the usage ledger on the embedded store.
+
+- ingest: parse N synthetic ``sacct -X -P -n`` lines (the exact format
+  ``adapters/sacct.py`` asks for: plain, array and het job ids, typed and untyped GPUs)
+  and upsert them into the ledger (rows/s);
+- re-collect of the same window: the same lines again, which must write 0 records;
+- reports over a ledger of ``--ledger`` rows (topped up with bulk inserts of records
+  built the same way): one account by day, the whole site by user and by GPU type, with
+  the number of store commands each one sent (constant in the number of jobs: the
+  aggregation runs in the store).
+Prints one JSON object on stdout; progress on stderr.
+
+    .venv/bin/python bench/usage.py [--rows 100000] [--ledger 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _common import free_port, progress
+from pymongo import monitoring
+
+from cheeto_like.adapters.sacct import parse_output
+from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
+from cheeto_like.embedded import EmbeddedServer
+from cheeto_like.models import Site, UsageRecord
+from cheeto_like.models.usage import FactorTable
+from cheeto_like.operations.usage import build_record, ingest
+from cheeto_like.queries.usage import Rate, usage_report
+from cheeto_like.store import connect
+
+SITE = "benchfarm"
+START = datetime(2026, 1, 1, tzinfo=UTC)
+CHUNK = 5000
+
+
+class Counter(monitoring.CommandListener):
+    """Counts the commands the client sends (find, aggregate, getMore, insert, …)."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, int] = {}
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.by_name[event.command_name] = self.by_name.get(event.command_name, 0) + 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+    def reset(self) -> dict[str, int]:
+        seen, self.by_name = self.by_name, {}
+        return {k: v for k, v in seen.items() if k not in ("endSessions", "hello", "ismaster")}
+
+
+def sacct_lines(count: int, first_id: int, seed: int) -> str:
+    rng = random.Random(seed)
+    lines = []
+    for i in range(count):
+        job = first_id + i
+        kind = i % 10
+        job_id = f"{job}_{i % 7}" if kind == 7 else f"{job}+{i % 2}" if kind == 8 else str(job)
+        user = f"u{rng.randrange(1000):04d}"
+        account = f"lab{int(user[1:]) % 100:03d}"
+        start = START + timedelta(seconds=rng.randrange(300 * 86400))
+        elapsed = rng.randrange(60, 86400)
+        end = start + timedelta(seconds=elapsed)
+        cpus = rng.choice((1, 2, 4, 8, 16, 32))
+        if kind in (3, 4):
+            partition, gpus = "gpu", f",gres/gpu:{('a100', 't4')[kind - 3]}=2,gres/gpu=2"
+        elif kind == 5:
+            partition, gpus = "gpu", ",gres/gpu=1"
+        else:
+            partition, gpus = rng.choice(("cpu", "bigmem")), ""
+        lines.append(f"{job_id}|farm|{user}|{account}|{partition}|normal|COMPLETED|"
+                     f"{start:%Y-%m-%dT%H:%M:%S}|{end:%Y-%m-%dT%H:%M:%S}|{elapsed}|"
+                     f"billing={cpus},cpu={cpus}{gpus},mem={cpus * 1000}M,node=1")
+    return "\n".join(lines) + "\n"
+
+
+async def top_up(total: int, have: int, factors: FactorTable) -> float:
+    """Bulk-insert records (built like ingest builds them) until the ledger holds
+    ``total``; returns the seconds it took."""
+    started = time.monotonic()
+    collection = UsageRecord.get_pymongo_collection()
+    next_id = 10_000_000
+    while have < total:
+        n = min(CHUNK * 4, total - have)
+        parsed = parse_output(sacct_lines(n, next_id, seed=next_id))
+        docs = [build_record(SITE, job, factors) for job in parsed.jobs]
+        for start in range(0, len(docs), CHUNK):
+            await collection.insert_many(docs[start:start + CHUNK])
+        have += len(docs)
+        next_id += n
+        progress(f"ledger: {have:,} rows")
+    return time.monotonic() - started
+
+
+async def run(rows: int, ledger: int) -> dict[str, Any]:
+    counter = Counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        embedded = EmbeddedStoreConfig(path=Path(tmp), port=free_port())
+        server = EmbeddedServer(embedded)
+        server.start_background()
+        try:
+            store = await connect(MongoConfig(embedded=embedded, database="bench_usage"),
+                                  autostart=False, listeners=[counter])
+            await store.drop_database()
+            await store.bind()
+            await Site(name=SITE, fqdn=f"{SITE}.example.org").insert()
+            factors = FactorTable.build([("a100", START, 2.0), ("default", START, 1.0)])
+            text = sacct_lines(rows, 1_000_000, seed=1)
+            progress(f"ingest {rows:,} rows")
+            counter.reset()
+            t0 = time.monotonic()
+            parsed = parse_output(text)
+            parse_s = time.monotonic() - t0
+            counts = await ingest(store, SITE, parsed.jobs, factors)
+            ingest_s = time.monotonic() - t0
+            ingest_cmds = counter.reset()
+            progress("re-collect")
+            t0 = time.monotonic()
+            again = await ingest(store, SITE, parse_output(text).jobs, factors)
+            again_s = time.monotonic() - t0
+            again_cmds = counter.reset()
+            fill_s = await top_up(ledger, counts.inserted, factors)
+            size = await UsageRecord.get_pymongo_collection().count_documents({})
+            counter.reset()
+            reports: dict[str, Any] = {}
+            year = (START, START + timedelta(days=366))
+            cases = {
+                "one account, by day": {"account": "lab042", "by": "day"},
+                "one user, by partition": {"user": "u0042", "by": "partition"},
+                "whole site, by user": {"by": "user"},
+                "whole site, by gpu-type, priced": {
+                    "by": "gpu-type",
+                    "rates": {"gpu": Rate(cpu_hour=0.1, gpu_hour=2.0), "*": Rate(0.05)}},
+            }
+            for label, kwargs in cases.items():
+                progress(f"report: {label}")
+                t0 = time.monotonic()
+                report = await usage_report(SITE, *year, **kwargs)
+                reports[label] = {"seconds": round(time.monotonic() - t0, 3),
+                                  "rows": len(report.rows), "jobs": report.total.jobs,
+                                  "store_commands": counter.reset()}
+            await store.close()
+        finally:
+            server.stop()
+    return {
+        "ingest": {"rows": rows, "parse_s": round(parse_s, 2),
+                   "parse_rows_per_s": round(rows / parse_s),
+                   "parse_and_write_s": round(ingest_s, 2),
+                   "rows_per_s": round(rows / ingest_s), "inserted": counts.inserted,
+                   "store_commands": ingest_cmds},
+        "recollect": {"rows": rows, "seconds": round(again_s, 2),
+                      "rows_per_s": round(rows / again_s), "inserted": again.inserted,
+                      "replaced": again.replaced, "unchanged": again.unchanged,
+                      "store_commands": again_cmds},
+        "ledger": {"rows": size, "fill_s": round(fill_s, 1)},
+        "reports": reports,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000, help="sacct rows to ingest")
+    parser.add_argument("--ledger", type=int, default=1_000_000,
+                        help="ledger size for the reports")
+    args = parser.parse_args()
+    if args.rows < 1 or args.ledger < args.rows:
+        parser.error("--rows must be >= 1 and --ledger >= --rows")
+    print(json.dumps(asyncio.run(run(args.rows, args.ledger)), indent=2))
+
+
+if __name__ == "__main__":
+    main()

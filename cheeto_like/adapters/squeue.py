@@ -1,0 +1,99 @@
+"""Running jobs from ``squeue``: what their owners have reserved but not been charged yet.
+
+A running job is charged when it ends (the ledger reads finished jobs only), so a quota
+report adds its *reservation*: allocated CPUs (and GPUs) x the job's time limit, the most
+it can be charged. ``-h`` (no header), ``-a`` (every partition), ``-t R`` (running),
+``-o`` with ``|`` between explicit fields: user, account, CPUs, time limit, GRES per
+node, node count, job id.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..errors import ExternalError
+from .process import run_process
+
+FORMAT = "%u|%a|%C|%l|%b|%D|%i"
+_GPU_RE = re.compile(r"^(?:gres[:/])?gpu(?::(?P<type>[^:=]+))?(?:[:=](?P<n>\d+))?$")
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    job_id: str
+    user: str
+    account: str
+    cpus: int
+    limit_minutes: float | None  # None: UNLIMITED (no bound to reserve)
+    gpus: tuple[tuple[str | None, int], ...] = ()
+
+
+def parse_limit(text: str) -> float | None:
+    """``[days-]hours:minutes:seconds`` (or ``minutes:seconds``, ``minutes``) -> minutes."""
+    value = text.strip()
+    if value.upper() in ("UNLIMITED", "INFINITE", "NOT_SET", "INVALID", ""):
+        return None
+    days = 0
+    if "-" in value:
+        head, value = value.split("-", 1)
+        days = int(head)
+        parts = [int(p) for p in value.split(":")]  # days-hours[:minutes[:seconds]]
+        parts += [0] * (3 - len(parts))
+    else:
+        parts = [int(p) for p in value.split(":")]  # minutes, m:s or h:m:s
+        parts = {1: [0, parts[0], 0], 2: [0, *parts]}.get(len(parts), parts)
+    if len(parts) != 3:
+        raise ValueError(f"bad time limit {text!r}")
+    hours, minutes, seconds = parts
+    return days * 1440 + hours * 60 + minutes + seconds / 60
+
+
+def parse_gres(text: str, nodes: int) -> tuple[tuple[str | None, int], ...]:
+    """``gres:gpu:a100:2`` / ``gres/gpu:a100=2`` / ``gpu:2`` per node, times the nodes."""
+    found: list[tuple[str | None, int]] = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        m = _GPU_RE.match(item)
+        if m is None:
+            continue
+        kind, count = m["type"], int(m["n"] or 1)
+        if kind is not None and kind.isdigit() and m["n"] is None:
+            kind, count = None, int(kind)
+        found.append((kind, count * max(nodes, 1)))
+    return tuple(found)
+
+
+def parse_output(text: str) -> list[RunningJob]:
+    jobs = []
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != 7 or not parts[2].strip().isdigit():
+            continue
+        user, account, cpus, limit, gres, nodes, job_id = (p.strip() for p in parts)
+        try:
+            minutes = parse_limit(limit)
+        except ValueError:
+            minutes = None
+        jobs.append(RunningJob(job_id=job_id, user=user, account=account, cpus=int(cpus),
+                               limit_minutes=minutes,
+                               gpus=parse_gres(gres, int(nodes) if nodes.isdigit() else 1)))
+    return jobs
+
+
+@dataclass
+class Squeue:
+    binary: str = "squeue"
+    timeout: float = 30.0
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    async def running(self, cluster: str) -> list[RunningJob]:
+        argv = [self.binary, "-h", "-a", "-t", "R", f"--clusters={cluster}", "-o", FORMAT]
+        code, out, err, _ = await run_process(
+            argv, time_limit=self.timeout, env={**os.environ, **self.env},
+            missing=f"{self.binary} not found")
+        if code != 0:
+            detail = (err.strip().splitlines() or ["timed out" if code is None else ""])[0]
+            raise ExternalError(f"squeue failed: {detail}")
+        return parse_output(out)

@@ -1,0 +1,341 @@
+"""``cheeto ng quota …``: CPU/GPU-minute quotas, site defaults, adjustments, GPU factors.
+
+Amounts are minutes (``600m`` or ``600``), hours (``10h``) or ``unlimited``; adjustments
+are signed (``--cpu -10h`` credits ten hours back, ``+10h`` debits them).
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+from typing import Any
+
+from ...errors import InvalidInput
+from ...models.fields import utcnow
+from ...models.quota import PERIODS, parse_amount
+from .. import args as a
+from ..app import command, group_help
+from ..output import esc
+from .usage import subject, when
+
+group_help("ng", "quota", help="CPU/GPU-minute quotas per user and account, GPU factors")
+group_help("ng", "quota", "defaults", help="a site's quotas for users and accounts without one")
+group_help("ng", "quota", "gpu-factor", help="GPU-type charge factors, versioned in time")
+
+AMOUNT_HELP = "minutes (600m or 600), hours (10h) or unlimited"
+
+
+def amount(text: str | None, flag: str, *, signed: bool = False) -> Any:
+    if text is None:
+        return "keep" if not signed else 0.0
+    try:
+        return parse_amount(text, signed=signed)
+    except ValueError as exc:
+        raise InvalidInput(f"{flag}: {exc}") from None
+
+
+def _minutes(value: float | None) -> str:
+    if value is None:
+        return "unlimited"
+    return f"{value:g} min ({value / 60:.2f} h)"
+
+
+def period_args(parser: a.Parser) -> None:
+    parser.add_argument("--period", choices=PERIODS,
+                        help="none, monthly, quarterly, yearly (calendar, UTC) or explicit "
+                             "(with --start/--end)")
+    parser.add_argument("--start", metavar="WHEN", help=a.when_help("an explicit period's start"))
+    parser.add_argument("--end", metavar="WHEN", help=a.when_help("an explicit period's end"))
+    carry = parser.add_mutually_exclusive_group()
+    carry.add_argument("--carry-over", dest="carry_over", action="store_true", default=None,
+                       help="add the unused part of the previous period's quota")
+    carry.add_argument("--no-carry-over", dest="carry_over", action="store_false",
+                       help="do not carry unused quota over")
+
+
+def period_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {"period": args.period or "keep", "start": when(args.start, "--start"),
+            "end": when(args.end, "--end"), "carry_over": args.carry_over}
+
+
+@command("ng", "quota", "set", help="set a user's or an account's quota at a site", store=True)
+async def quota_set(args: argparse.Namespace) -> int:
+    from ...operations.quota import SetQuota
+
+    ctx = args.ctx
+    _need_subject(args)
+    quota = await SetQuota.run(ctx.require_store(), ctx.author, site=args.site, user=args.user,
+                               account=args.account, cpu_minutes=amount(args.cpu, "--cpu"),
+                               gpu_minutes=amount(args.gpu, "--gpu"), **period_kwargs(args))
+    ctx.out.success(f"quota of {esc(_who(args))} at {esc(args.site)}: CPU "
+                    f"{esc(_minutes(quota.cpu_minutes))}, GPU {esc(_minutes(quota.gpu_minutes))}"
+                    f", period {esc(quota.period)}")
+    return 0
+
+
+@quota_set.args()
+def _(parser: a.Parser) -> None:
+    a.site(parser)
+    subject(parser)
+    parser.add_argument("--cpu", metavar="Q", help=f"CPU-minute quota: {AMOUNT_HELP}")
+    parser.add_argument("--gpu", metavar="Q", help=f"GPU-minute quota: {AMOUNT_HELP}")
+    period_args(parser)
+
+
+def _need_subject(args: argparse.Namespace) -> None:
+    if args.user is None and args.account is None:
+        raise InvalidInput("give --user or --account")
+
+
+def _who(args: argparse.Namespace) -> str:
+    return f"user {args.user}" if args.user is not None else f"account {args.account}"
+
+
+@command("ng", "quota", "remove", help="remove a quota (the site's defaults apply again)",
+         store=True, aliases=["rm"])
+async def quota_remove(args: argparse.Namespace) -> int:
+    from ...operations.quota import RemoveQuota
+
+    ctx = args.ctx
+    _need_subject(args)
+    await RemoveQuota.run(ctx.require_store(), ctx.author, site=args.site, user=args.user,
+                          account=args.account)
+    ctx.out.success(f"removed the quota of {esc(_who(args))} at {esc(args.site)}")
+    return 0
+
+
+@quota_remove.args()
+def _(parser: a.Parser) -> None:
+    a.site(parser)
+    subject(parser)
+
+
+@command("ng", "quota", "adjust", help="credit (-) or debit (+) usage, with a reason",
+         store=True)
+async def quota_adjust(args: argparse.Namespace) -> int:
+    from ...operations.quota import AdjustUsage
+
+    ctx = args.ctx
+    _need_subject(args)
+    adj = await AdjustUsage.run(ctx.require_store(), ctx.author, site=args.site,
+                                user=args.user, account=args.account,
+                                cpu_minutes=amount(args.cpu, "--cpu", signed=True),
+                                gpu_minutes=amount(args.gpu, "--gpu", signed=True),
+                                reason=args.reason)
+    ctx.out.success(f"adjusted the usage of {esc(_who(args))} at {esc(args.site)}: CPU "
+                    f"{adj.cpu_minutes:+g} min, GPU {adj.gpu_minutes:+g} min")
+    return 0
+
+
+@quota_adjust.args()
+def _(parser: a.Parser) -> None:
+    a.site(parser)
+    subject(parser)
+    parser.add_argument("--cpu", metavar="±Q", help="signed CPU amount: -10h credits, +90m debits")
+    parser.add_argument("--gpu", metavar="±Q", help="signed GPU amount: -10h credits, +90m debits")
+    parser.add_argument("--reason", required=True, help="why (recorded with the adjustment)")
+
+
+@command("ng", "quota", "show", help="used, preallocated, quota and percent at a site",
+         store=True)
+async def quota_show(args: argparse.Namespace) -> int:
+    from ...adapters.squeue import Squeue
+    from ...errors import ExternalError
+    from ...queries.quota import NO_RESERVATIONS, Reserved, quota_status, reservations
+    from ...queries.site import get_site
+    from ...queries.usage import factor_table
+
+    ctx = args.ctx
+    site = await get_site(args.site)
+    now = utcnow()
+    reserved = NO_RESERVATIONS
+    if not args.no_squeue:
+        try:
+            jobs = await Squeue(binary=args.squeue).running(site.cluster_name)
+            reserved = reservations(jobs, await factor_table(site.name), now)
+        except ExternalError as exc:
+            reserved = Reserved({}, {}, known=False, note=exc.message)
+    rows = await quota_status(site.name, now, user=args.user, account=args.account,
+                              reserved=reserved)
+    data = {"site": site.name, "preallocated_known": reserved.known,
+            "preallocated_note": reserved.note, "subjects": [r.as_dict() for r in rows]}
+    table = [_row(r) for r in rows]
+    ctx.out.table(table, title=f"quotas at {site.name}", data=data,
+                  columns=["kind", "name", "source", "period", "cpu used", "cpu prealloc",
+                           "cpu quota", "cpu %", "gpu used", "gpu prealloc", "gpu quota",
+                           "gpu %"])
+    if not reserved.known and not ctx.out.machine:
+        ctx.out.warn(f"preallocated is 0: running jobs unknown ({esc(reserved.note)})")
+    return 0
+
+
+def _row(status: Any) -> dict[str, Any]:
+    def fmt(value: float | None) -> str:
+        return "unlimited" if value is None else f"{value:.1f}"
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f}"
+
+    return {"kind": status.kind, "name": status.name, "source": status.source,
+            "period": f"{status.period} {status.start:%Y-%m-%d}.." if status.period != "none"
+            else "none",
+            "cpu used": fmt(status.cpu.used), "cpu prealloc": fmt(status.cpu.preallocated),
+            "cpu quota": fmt(status.cpu.quota), "cpu %": pct(status.cpu.percent),
+            "gpu used": fmt(status.gpu.used), "gpu prealloc": fmt(status.gpu.preallocated),
+            "gpu quota": fmt(status.gpu.quota), "gpu %": pct(status.gpu.percent)}
+
+
+@quota_show.args()
+def _(parser: a.Parser) -> None:
+    a.site(parser)
+    subject(parser)
+    parser.add_argument("--squeue", default="squeue", metavar="PATH",
+                        help="the squeue program for running jobs (default: squeue on PATH)")
+    parser.add_argument("--no-squeue", action="store_true",
+                        help="do not ask squeue (preallocated shows 0)")
+    a.output_format(parser)
+
+
+@command("ng", "quota", "defaults", "set", help="set a site's default quotas", store=True)
+async def defaults_set(args: argparse.Namespace) -> int:
+    from ...operations.quota import SetQuotaDefaults
+
+    ctx = args.ctx
+    d = await SetQuotaDefaults.run(
+        ctx.require_store(), ctx.author, site=args.site,
+        user_cpu_minutes=amount(args.user_cpu, "--user-cpu"),
+        user_gpu_minutes=amount(args.user_gpu, "--user-gpu"),
+        account_cpu_minutes=amount(args.account_cpu, "--account-cpu"),
+        account_gpu_minutes=amount(args.account_gpu, "--account-gpu"), **period_kwargs(args))
+    ctx.out.success(f"defaults at {esc(d.site)}: users CPU {esc(_minutes(d.user_cpu_minutes))}"
+                    f" GPU {esc(_minutes(d.user_gpu_minutes))}; accounts CPU "
+                    f"{esc(_minutes(d.account_cpu_minutes))} GPU "
+                    f"{esc(_minutes(d.account_gpu_minutes))}; period {esc(d.period)}")
+    return 0
+
+
+@defaults_set.args()
+def _(parser: a.Parser) -> None:
+    a.site(parser)
+    for kind in ("user", "account"):
+        for res in ("cpu", "gpu"):
+            parser.add_argument(f"--{kind}-{res}", metavar="Q",
+                                help=f"{res.upper()}-minute quota of a {kind} without one: "
+                                     f"{AMOUNT_HELP}")
+    period_args(parser)
+
+
+@command("ng", "quota", "defaults", "show", help="show a site's default quotas", store=True)
+async def defaults_show(args: argparse.Namespace) -> int:
+    from ...models.quota import QuotaDefaults
+    from ...queries.site import get_site
+
+    ctx = args.ctx
+    site = await get_site(args.site)
+    d = await QuotaDefaults.find_one({"site": site.name})
+    data: dict[str, Any] = {"site": site.name}
+    if d is None:
+        data.update({"user_cpu_minutes": None, "user_gpu_minutes": None,
+                     "account_cpu_minutes": None, "account_gpu_minutes": None,
+                     "period": "none", "carry_over": False, "set": False})
+    else:
+        data.update({"user_cpu_minutes": d.user_cpu_minutes,
+                     "user_gpu_minutes": d.user_gpu_minutes,
+                     "account_cpu_minutes": d.account_cpu_minutes,
+                     "account_gpu_minutes": d.account_gpu_minutes, "period": d.period,
+                     "period_start": d.period_start, "period_end": d.period_end,
+                     "carry_over": d.carry_over, "set": True})
+    ctx.out.show(data, title=f"default quotas at {site.name} (minutes; none = unlimited)")
+    return 0
+
+
+@defaults_show.args()
+def _(parser: a.Parser) -> None:
+    a.site(parser)
+    a.output_format(parser)
+
+
+@command("ng", "quota", "gpu-factor", "set",
+         help="charge a GPU type at a factor from now (or --from) on", store=True)
+async def factor_set(args: argparse.Namespace) -> int:
+    from ...operations.quota import SetGpuFactor
+
+    ctx = args.ctx
+    f = await SetGpuFactor.run(ctx.require_store(), ctx.author, site=args.site,
+                               gpu_type=args.type, factor=args.factor,
+                               effective_from=when(args.since, "--from"))
+    ctx.out.success(f"GPU type {esc(f.gpu_type)} at {esc(f.site)}: factor {f.factor:g} from "
+                    f"{esc(f.effective_from.isoformat())}")
+    return 0
+
+
+@factor_set.args()
+def _(parser: a.Parser) -> None:
+    a.site(parser)
+    parser.add_argument("--type", required=True, metavar="TYPE",
+                        help="GPU type as Slurm names it (a100), or 'default' for the rest")
+    parser.add_argument("--factor", required=True, type=float, help="charge factor (1 = plain)")
+    parser.add_argument("--from", dest="since", metavar="WHEN",
+                        help=a.when_help("effective from (default now; never in the past)"))
+
+
+@command("ng", "quota", "gpu-factor", "list", help="list a site's GPU factors and their history",
+         store=True)
+async def factor_list(args: argparse.Namespace) -> int:
+    from ...queries.site import get_site
+    from ...queries.usage import list_factors
+
+    ctx = args.ctx
+    site = await get_site(args.site)
+    now = utcnow()
+    factors = await list_factors(site.name)
+    current: dict[str, datetime] = {}
+    for f in factors:
+        if f.effective_from <= now:
+            current[f.gpu_type] = f.effective_from
+    rows = [{"type": f.gpu_type, "factor": f.factor, "effective_from": f.effective_from,
+             "current": current.get(f.gpu_type) == f.effective_from} for f in factors]
+    ctx.out.table(rows, title=f"GPU factors at {site.name} (types without one: default, "
+                  "else 1.0)", columns=["type", "factor", "effective_from", "current"])
+    return 0
+
+
+@factor_list.args()
+def _(parser: a.Parser) -> None:
+    a.site(parser)
+    a.output_format(parser)
+
+
+@command("ng", "quota", "notify",
+         help="send the quota threshold notices that are due (once per threshold per period)",
+         store=True)
+async def quota_notify(args: argparse.Namespace) -> int:
+    from ...operations.quota_notify import send_quota_notices
+    from ...queries.site import get_site
+
+    ctx = args.ctx
+    site = await get_site(args.site)
+    report = await send_quota_notices(ctx.require_store(), ctx.author, ctx.config, site.name,
+                                      dry_run=args.dry_run,
+                                      thresholds=ctx.config.usage.thresholds)
+    rows = [d.as_dict() for d in report.due]
+    if ctx.out.machine:
+        ctx.out.write_data(report.as_dict())
+    elif not rows:
+        ctx.out.success("no notice is due")
+    else:
+        ctx.out.table(rows, title=f"quota notices due at {site.name}",
+                      columns=["kind", "name", "resource", "threshold", "percent"])
+        if not args.dry_run:
+            ctx.out.success(f"sent {len(report.sent)} notice(s)")
+    for failed in report.failed:
+        ctx.out.warn(f"not sent to {esc(failed['kind'])} {esc(failed['name'])}: "
+                     f"{esc(failed['why'])}")
+    return 1 if report.failed else 0
+
+
+@quota_notify.args()
+def _(parser: a.Parser) -> None:
+    a.site(parser)
+    parser.add_argument("--dry-run", action="store_true", help="list what is due, send nothing")
+    a.output_format(parser)

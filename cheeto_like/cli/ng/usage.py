@@ -1,0 +1,188 @@
+"""``cheeto ng usage …``: collect finished jobs from sacct, report usage, prune the ledger."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+from datetime import datetime, timedelta
+from typing import Any
+
+from ...errors import InvalidInput
+from ...models.fields import utcnow
+from ...models.quota import period_window
+from ...timeparse import _Clear, parse_when
+from .. import args as a
+from ..app import command, group_help
+from ..output import esc
+
+group_help("ng", "usage", help="the usage ledger: collect jobs from sacct, reports, retention")
+
+REPORT_PERIODS = ("monthly", "quarterly", "yearly", "none")
+
+
+def when(text: str | None, flag: str) -> datetime | None:
+    if text is None:
+        return None
+    value = parse_when(text)
+    if isinstance(value, _Clear):
+        raise InvalidInput(f"{flag} needs a time")
+    return value
+
+
+def subject(parser: a.Parser) -> None:
+    who = parser.add_mutually_exclusive_group()
+    who.add_argument("--user", "-u", metavar="USER", help="one user")
+    who.add_argument("--account", "-A", metavar="ACCOUNT", help="one Slurm account (group)")
+
+
+@command("ng", "usage", "collect", help="read a site's finished jobs from sacct into the ledger",
+         store=True)
+async def usage_collect(args: argparse.Namespace) -> int:
+    from ...adapters.sacct import Sacct
+    from ...operations.usage import collect
+
+    ctx = args.ctx
+    report = await collect(ctx.require_store(), args.site,
+                           sacct=Sacct(binary=args.sacct, timeout=args.timeout),
+                           since=when(args.since, "--since"), until=when(args.until, "--until"),
+                           overlap=timedelta(minutes=ctx.config.usage.overlap_minutes))
+    data = report.as_dict()
+    if ctx.out.machine:
+        ctx.out.write_data(data)
+    else:
+        ctx.out.success(f"{esc(report.site)}: {report.counts.seen:d} job(s) read, "
+                        f"{report.counts.inserted:d} new, {report.counts.replaced:d} changed, "
+                        f"{report.counts.unchanged:d} unchanged "
+                        f"({esc(report.since.isoformat())} to {esc(report.until.isoformat())})")
+        for line in report.skipped[:20]:
+            ctx.out.warn(f"skipped sacct {esc(line)}")
+    return 0
+
+
+@usage_collect.args()
+def _(parser: a.Parser) -> None:
+    a.site(parser)
+    parser.add_argument("--since", metavar="WHEN", help=a.when_help(
+        "jobs that ended from (default: the last collect minus the overlap)"))
+    parser.add_argument("--until", metavar="WHEN", help=a.when_help(
+        "jobs that ended up to (default: now)"))
+    parser.add_argument("--sacct", default="sacct", metavar="PATH",
+                        help="the sacct program (default: sacct on PATH)")
+    parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                        help="time limit of the sacct call (default 300)")
+    a.output_format(parser)
+
+
+@command("ng", "usage", "prune", help="delete ledger records of jobs that ended before a time",
+         store=True)
+async def usage_prune(args: argparse.Namespace) -> int:
+    from ...operations.usage import prune
+
+    ctx = args.ctx
+    before = when(args.before, "--before")
+    assert before is not None
+    scope = f"site {args.site}" if args.site else "every site"
+    if not args.dry_run and not ctx.confirm(
+            f"Delete the usage records of {scope} that ended before {before.isoformat()}?",
+            force=args.force):
+        ctx.out.error("not confirmed (use --force without a terminal)")
+        return 2
+    count = await prune(ctx.require_store(), ctx.author, before=before, site=args.site,
+                        dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    ctx.out.success(f"{esc(verb)} {esc(count)} usage record(s) of {esc(scope)}")
+    return 0
+
+
+@usage_prune.args()
+def _(parser: a.Parser) -> None:
+    parser.add_argument("--before", required=True, metavar="WHEN",
+                        help=a.when_help("delete jobs that ended before"))
+    a.site(parser, required=False, help="only this site (default: every site)")
+    parser.add_argument("--dry-run", action="store_true", help="only count them")
+    a.force(parser)
+
+
+def report_window(args: argparse.Namespace) -> tuple[datetime, datetime, str]:
+    start, end = when(args.start, "--start"), when(args.end, "--end")
+    if start is not None or end is not None:
+        if start is None or end is None:
+            raise InvalidInput("--start and --end go together")
+        if end <= start:
+            raise InvalidInput("--end must come after --start")
+        return start, end, "explicit"
+    period = args.period or "monthly"
+    lo, hi = period_window(period, utcnow())
+    return lo, hi, period
+
+
+@command("ng", "usage", "report", help="usage of a site, a user or an account over a period",
+         store=True)
+async def usage_report(args: argparse.Namespace) -> int:
+    from ...queries.site import get_site
+    from ...queries.usage import Rate
+    from ...queries.usage import usage_report as build
+
+    ctx = args.ctx
+    site = await get_site(args.site)
+    start, end, period = report_window(args)
+    card = ctx.config.usage.rates.get(site.name)
+    rates = ({p: Rate(r.cpu_hour, r.gpu_hour) for p, r in card.items()}
+             if card and not args.no_cost else None)
+    report = await build(site.name, start, end, by=args.by, user=args.user,
+                         account=args.account, rates=rates)
+    rows = report.table()
+    if args.csv:
+        ctx.out.write_raw(csv_text(site.name, start, end, report.columns(), rows))
+        return 0
+    data: dict[str, Any] = {"site": site.name, "period": period, "start": start, "end": end,
+                            "by": args.by, "user": args.user, "account": args.account,
+                            "currency": ctx.config.usage.currency if rates else None,
+                            "rows": rows,
+                            "total": report.total.as_dict(None, report.priced)}
+    if ctx.out.machine:
+        ctx.out.write_data(data)
+        return 0
+    who = f" user {args.user}" if args.user else f" account {args.account}" if args.account else ""
+    ctx.out.table(rows, title=f"usage at {site.name}{who}, {start:%Y-%m-%d} to {end:%Y-%m-%d}"
+                  f" (jobs ended; {report.total.jobs} job(s))",
+                  columns=report.columns(), data=data)
+    unpriced = sorted(report.total.unpriced_partitions)
+    if unpriced:
+        ctx.out.warn(f"no rate for partition(s) {esc(', '.join(unpriced))}: not in the cost")
+    return 0
+
+
+CSV_PREFIX = ("site", "start", "end")
+
+
+def csv_text(site: str, start: datetime, end: datetime, columns: list[str],
+             rows: list[dict[str, Any]]) -> str:
+    """``site,start,end,<by or scope>,jobs,cpu_minutes,gpu_minutes,cpu_hours,gpu_hours
+    [,cost]``: one header line, then one line per group (README documents the columns)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([*CSV_PREFIX, *columns])
+    for row in rows:
+        writer.writerow([site, start.isoformat(), end.isoformat(),
+                         *(row.get(c) for c in columns)])
+    return buffer.getvalue()
+
+
+@usage_report.args()
+def _(parser: a.Parser) -> None:
+    a.site(parser)
+    subject(parser)
+    parser.add_argument("--period", choices=REPORT_PERIODS,
+                        help="the current calendar period (UTC; default monthly)")
+    parser.add_argument("--start", metavar="WHEN", help=a.when_help("an explicit start"))
+    parser.add_argument("--end", metavar="WHEN", help=a.when_help("an explicit end"))
+    parser.add_argument("--by", choices=("user", "account", "partition", "gpu-type", "day"),
+                        help="one row per user, account, partition, GPU type or day")
+    parser.add_argument("--no-cost", action="store_true",
+                        help="leave out the cost columns even if the config has a rate card")
+    fmt = parser.add_mutually_exclusive_group()
+    fmt.add_argument("--yaml", action="store_true", help="print YAML on stdout")
+    fmt.add_argument("--json", action="store_true", help="print JSON on stdout")
+    fmt.add_argument("--csv", action="store_true", help="print CSV on stdout (see README)")

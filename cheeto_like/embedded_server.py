@@ -1,0 +1,546 @@
+"""The embedded store's server process: nx-27017's command handler behind our own wire loop.
+
+Why our own loop rather than nx-27017's: nx-27017 runs every client's commands on one
+SQLite connection per database. A transaction left open by a client that died (SIGKILL,
+SIGTERM, a reset) stayed open forever, and every later write ran inside it and was lost;
+two sessions' transactions nested as savepoints of each other ("no such savepoint").
+Here the server owns transactions:
+
+- ``TransactionGate``: one transaction at a time across all connections. Every other
+  command that touches the data (reads too: they would see uncommitted rows on the shared
+  connection) waits for it server-side, and fails after ``--lock-timeout`` seconds with
+  ``LockTimeout`` instead of hanging.
+- The lsids seen on a connection are remembered; when the connection closes, an open
+  transaction of any of them is rolled back and the gate released.
+- Over TCP a connection must authenticate (SASL PLAIN, the token as password) before
+  any command but the handshake. ``cheetoIdentity`` answers the data directory's real
+  path and instance id, so clients can refuse a server that is not theirs.
+
+The process sets umask 077 and makes its data directory 0700 and the files in it 0600.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import hmac
+import logging
+import os
+import signal
+import struct
+import sys
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from . import store_files
+from .embedded import (
+    IDENTITY_COMMAND,
+    SOCKET_NAME,
+    TOKEN_ENV,
+    TOKEN_NAME,
+    TOKEN_USER,
+    ensure_instance_id,
+    write_private,
+)
+
+logger = logging.getLogger("cheeto_like.embedded_server")
+
+EXIT_GRACE_S = 5.0
+HEADER = struct.Struct("<iiii")
+HANDSHAKE = frozenset({"hello", "Hello", "isMaster", "ismaster"})
+PREAUTH = HANDSHAKE | {"saslStart", "saslContinue", IDENTITY_COMMAND}
+# Commands that never touch SQLite (or only the cursor lists nx keeps in memory).
+UNGATED = HANDSHAKE | {"ping", "buildInfo", "buildinfo", "whatsmyuri", "getMore",
+                       "killCursors", "serverStatus", "getLastError", "getParameter"}
+COMMITTED_MEMORY = 1024
+
+
+def _error(message: str, code: int, code_name: str, *labels: str) -> dict[str, Any]:
+    doc: dict[str, Any] = {"ok": 0, "errmsg": message, "code": code, "codeName": code_name}
+    if labels:
+        doc["errorLabels"] = list(labels)
+    return doc
+
+
+def _lsid(cmd: dict[str, Any]) -> str | None:
+    from nx_27017.wire_protocol import _extract_session_id
+
+    lsid = cmd.get("lsid")
+    if not isinstance(lsid, dict):
+        return None
+    return _extract_session_id(lsid)
+
+
+class TransactionGate:
+    """One transaction (or one ungrouped command) on the store at a time.
+
+    ``owner`` is the lsid whose transaction holds the gate and ``txn_number`` its
+    transaction number; commands of other lsids wait (FIFO) for the gate. A transaction
+    whose client is connected but silent (stopped, hung) for longer than ``timeout``
+    while others wait is rolled back, like MongoDB's transaction lifetime limit; one
+    that keeps sending commands is never cut short, and its waiters get ``LockTimeout``.
+    """
+
+    def __init__(self, handler: Any, timeout: float) -> None:
+        self.handler = handler
+        self.timeout = timeout
+        self._lock = asyncio.Lock()
+        self.owner: str | None = None
+        self.txn_number: Any = None
+        self.busy = 0  # owner commands running now
+        self.last_active = 0.0
+        self.committed: OrderedDict[str, Any] = OrderedDict()
+
+    async def acquire(self) -> bool:
+        if not self._lock.locked() and not getattr(self._lock, "_waiters", None):
+            await self._lock.acquire()  # the common case: free, so no timer is needed
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        while True:
+            remaining = deadline - loop.time()
+            try:
+                await asyncio.wait_for(self._lock.acquire(), max(0.001, min(remaining, 0.5)))
+                return True
+            except TimeoutError:
+                pass
+            now = loop.time()
+            if (self.owner is not None and not self.busy
+                    and now - self.last_active >= self.timeout):
+                await self.abort_owner(f"silent for {self.timeout:g}s while another client "
+                                       "waited")
+            elif now >= deadline:
+                return False
+
+    @contextlib.asynccontextmanager
+    async def owner_command(self) -> AsyncIterator[None]:
+        """Mark an owner's command as running (a running transaction is never idle)."""
+        self.busy += 1
+        try:
+            yield
+        finally:
+            self.busy -= 1
+            self.last_active = asyncio.get_running_loop().time()
+
+    def take(self, lsid: str, txn_number: Any) -> None:
+        self.owner = lsid
+        self.txn_number = txn_number
+        self.last_active = asyncio.get_running_loop().time()
+
+    def release(self) -> None:
+        self.owner = None
+        self.txn_number = None
+        self._lock.release()
+
+    def remember_commit(self, lsid: str, txn_number: Any) -> None:
+        """A retried commit of a transaction that did commit must answer ok."""
+        self.committed[lsid] = txn_number
+        self.committed.move_to_end(lsid)
+        while len(self.committed) > COMMITTED_MEMORY:
+            self.committed.popitem(last=False)
+
+    def abort_open(self, lsid: str) -> int:
+        """Roll back every open transaction of ``lsid`` (runs in a worker thread)."""
+        handler = self.handler
+        with handler._sessions_lock:
+            open_ = [(db, sess) for (sid, db), sess in handler._sessions.items()
+                     if sid == lsid and sess.in_transaction]
+        for db_name, sess in open_:
+            with handler._lock_for(db_name):
+                try:
+                    sess.abort_transaction()
+                except Exception:  # the connection may be gone; never keep the gate
+                    logger.exception("rolling back a transaction of %s failed", lsid)
+                    sess._in_transaction = False
+        return len(open_)
+
+    def in_transaction(self, lsid: str) -> bool:
+        handler = self.handler
+        with handler._sessions_lock:
+            return any(sid == lsid and sess.in_transaction
+                       for (sid, _db), sess in handler._sessions.items())
+
+    async def abort_owner(self, why: str) -> None:
+        """Roll back the owner's transaction and open the gate (the gate is held). The
+        owner is forgotten first, so a command of it arriving meanwhile is refused
+        (NoSuchTransaction) rather than run outside its transaction."""
+        lsid = self.owner
+        if lsid is None:
+            return
+        self.owner = None
+        self.txn_number = None
+        count = await asyncio.to_thread(self.abort_open, lsid)
+        logger.warning("rolled back the open transaction of session %s (%s; %d database(s))",
+                       lsid, why, count)
+        self._lock.release()
+
+
+class Connection:
+    """One client connection: its authentication state and the lsids it carried."""
+
+    def __init__(self, authenticated: bool) -> None:
+        self.id = str(uuid.uuid4())
+        self.authenticated = authenticated
+        self.lsids: set[str] = set()
+
+
+class StoreServer:
+    """The wire loop around nx-27017's handler (see the module docstring)."""
+
+    def __init__(self, handler: Any, *, data_dir: Path, instance_id: str, transport: str,
+                 token: str | None, lock_timeout: float) -> None:
+        self.handler = handler
+        self.gate = TransactionGate(handler, lock_timeout)
+        self.data_dir = data_dir
+        self.file_watch = store_files.ServerFileWatch(data_dir)
+        self.instance_id = instance_id
+        self.transport = transport
+        self.token = token
+
+    # -- one connection ----------------------------------------------------------------
+
+    async def serve_connection(self, reader: asyncio.StreamReader,
+                               writer: asyncio.StreamWriter) -> None:
+        from nx_27017.wire_protocol import MAX_MESSAGE_SIZE_BYTES, MESSAGE_HEADER_SIZE
+
+        conn = Connection(authenticated=self.transport == "unix")
+        self.handler.increment_connections()
+        try:
+            while True:
+                try:
+                    header = await reader.readexactly(16)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                length, request_id, _, opcode = HEADER.unpack(header)
+                if length < MESSAGE_HEADER_SIZE or length > MAX_MESSAGE_SIZE_BYTES:
+                    logger.warning("invalid message length %d; closing", length)
+                    return
+                try:
+                    body = await reader.readexactly(length - 16)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                reply = await self.handle_message(conn, header + body, request_id, opcode)
+                try:
+                    writer.write(reply)
+                    await writer.drain()
+                except ConnectionError:
+                    return
+        finally:
+            await self.connection_closed(conn)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def connection_closed(self, conn: Connection) -> None:
+        """The client went away: roll back its sessions' open transaction."""
+        self.handler.decrement_connections()
+        owner = self.gate.owner
+        if owner is not None and owner in conn.lsids:
+            await self.gate.abort_owner("its client connection closed")
+        with contextlib.suppress(Exception):
+            self.handler.close_streams_for_connection(conn.id)
+
+    async def handle_message(self, conn: Connection, message: bytes, request_id: int,
+                             opcode: int) -> bytes:
+        from nx_27017.wire_protocol import (
+            OP_MSG,
+            OP_QUERY,
+            ResponseBuilder,
+            WireProtocol,
+            _get_next_request_id,
+        )
+
+        if opcode == WireProtocol.OP_MSG:
+            try:
+                msg = OP_MSG.parse(message)
+                msg["_conn_id"] = conn.id
+                doc = await self.handle_op_msg(conn, msg)
+            except Exception as exc:
+                logger.exception("error handling a command")
+                doc = {"ok": 0, "errmsg": str(exc)}
+            return ResponseBuilder.build_op_msg_reply(
+                request_id=_get_next_request_id(), response_to=request_id, document=doc)
+        if opcode == WireProtocol.OP_QUERY:
+            # legacy OP_QUERY: only the drivers' first handshake uses it
+            msg = OP_QUERY.parse(message)
+            query = msg.get("query") or {}
+            query = query.get("$query", query) if isinstance(query, dict) else {}
+            name = next(iter(query), "")
+            if name in HANDSHAKE:
+                msg["_conn_id"] = conn.id
+                _, docs = await asyncio.to_thread(self.handler.handle_query, msg)
+            else:
+                docs = [_error("OP_QUERY is only served for the handshake", 352,
+                               "UnsupportedOpQueryCommand")]
+            return ResponseBuilder.build_reply(_get_next_request_id(), request_id, docs)
+        return ResponseBuilder.build_op_msg_reply(
+            request_id=0, response_to=request_id,
+            document={"ok": 0, "errmsg": f"Unsupported opcode: {opcode}"})
+
+    async def handle_op_msg(self, conn: Connection, msg: dict[str, Any]) -> dict[str, Any]:
+        cmd: dict[str, Any] = {}
+        for kind, section in msg["sections"]:
+            if kind == "body" and isinstance(section, dict):
+                cmd = section
+                break
+        name = next(iter(cmd), "")
+        if not conn.authenticated and name not in PREAUTH:
+            return _error(f"command {name} requires authentication", 13, "Unauthorized")
+        if name == "saslStart":
+            return self.sasl_start(conn, cmd)
+        if name == "saslContinue":
+            return _error("no SASL conversation in progress", 17, "ProtocolError")
+        if name == IDENTITY_COMMAND:
+            return {"ok": 1, "dataDir": str(self.data_dir), "instanceId": self.instance_id,
+                    "transport": self.transport, "authenticated": conn.authenticated}
+        if (damaged := self.file_watch.problem(cmd)) is not None:
+            return _error(damaged, 8000, "StoreFileDamaged")  # see store_files
+        lsid = _lsid(cmd)
+        if lsid is not None:
+            conn.lsids.add(lsid)
+        if name in UNGATED:
+            return await self.run(msg)
+        if name == "endSessions":
+            return await self.end_sessions(msg, cmd)
+        if cmd.get("startTransaction"):
+            return await self.start_transaction(msg, cmd, lsid)
+        if cmd.get("autocommit") is False:
+            return await self.continue_transaction(msg, cmd, lsid, name)
+        if lsid is not None and lsid == self.gate.owner:
+            async with self.gate.owner_command():
+                return await self.run(msg)
+        if not await self.gate.acquire():
+            return self.timeout_error(name)
+        try:
+            return await self.run(msg)
+        finally:
+            self.gate.release()
+
+    # -- commands ------------------------------------------------------------------------
+
+    def sasl_start(self, conn: Connection, cmd: dict[str, Any]) -> dict[str, Any]:
+        """SASL PLAIN (RFC 4616): ``authzid NUL user NUL token``, checked in constant time."""
+        failed = _error("Authentication failed.", 18, "AuthenticationFailed")
+        if cmd.get("mechanism") != "PLAIN" or self.token is None:
+            return failed
+        payload = cmd.get("payload", b"")
+        parts = bytes(payload).split(b"\0")
+        if len(parts) != 3 or parts[1].decode(errors="replace") != TOKEN_USER:
+            return failed
+        if not hmac.compare_digest(parts[2], self.token.encode()):
+            logger.warning("a TCP client failed to authenticate")
+            return failed
+        conn.authenticated = True
+        return {"ok": 1, "conversationId": 1, "done": True, "payload": b""}
+
+    def timeout_error(self, name: str) -> dict[str, Any]:
+        return _error(f"{name}: waited {self.gate.timeout:g}s for another client's "
+                      "transaction on the embedded store", 24, "LockTimeout",
+                      "TransientTransactionError")
+
+    async def run(self, msg: dict[str, Any]) -> dict[str, Any]:
+        return await asyncio.to_thread(self._call, msg)
+
+    def _call(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """nx-27017's own dispatch: inserts (and document sequences) vs other commands."""
+        is_insert = any(kind == "payload_docs" or (kind == "body" and isinstance(doc, dict)
+                                                    and "insert" in doc)
+                        for kind, doc in msg["sections"])
+        try:
+            if is_insert:
+                return self.handler.handle_insert(msg)[1]
+            return self.handler.handle_command(msg)[1]
+        except Exception as exc:
+            logger.exception("error handling a command")
+            return {"ok": 0, "errmsg": str(exc)}
+
+    async def start_transaction(self, msg: dict[str, Any], cmd: dict[str, Any],
+                                lsid: str | None) -> dict[str, Any]:
+        if lsid is None:
+            return _error("startTransaction needs a session", 2, "BadValue")
+        gate = self.gate
+        if gate.owner == lsid:  # a new transaction on a session that left one open
+            await gate.abort_owner("its session started another transaction")
+        if not await gate.acquire():
+            return self.timeout_error(next(iter(cmd), "command"))
+        gate.take(lsid, cmd.get("txnNumber"))
+        db_name = cmd.get("$db", "test")
+        async with gate.owner_command():
+            reply, began = await asyncio.to_thread(self._begin_and_call, msg, cmd["lsid"],
+                                                   lsid, db_name)
+        if not began and gate.owner == lsid:
+            gate.release()  # the transaction never began (bad database name, ...)
+        return reply
+
+    def _begin_and_call(self, msg: dict[str, Any], lsid_doc: Any, lsid: str,
+                        db_name: str) -> tuple[dict[str, Any], bool]:
+        """BEGIN before the first command, whatever it is: nx-27017 starts a transaction
+        only in the commands that look at sessions, and a transaction must never run
+        its writes in autocommit mode. Also says whether a transaction is open after."""
+        handler = self.handler
+        try:
+            with handler._lock_for(db_name):
+                handler._get_or_create_session({"lsid": lsid_doc, "startTransaction": True},
+                                               handler.get_database(db_name), db_name)
+        except Exception as exc:
+            return {"ok": 0, "errmsg": str(exc)}, self.gate.in_transaction(lsid)
+        return self._call(msg), self.gate.in_transaction(lsid)
+
+    async def continue_transaction(self, msg: dict[str, Any], cmd: dict[str, Any],
+                                   lsid: str | None, name: str) -> dict[str, Any]:
+        gate = self.gate
+        txn_number = cmd.get("txnNumber")
+        if lsid is not None and gate.owner == lsid and gate.txn_number == txn_number:
+            if name not in ("commitTransaction", "abortTransaction"):
+                async with gate.owner_command():
+                    return await self.run(msg)
+            async with gate.owner_command():
+                reply = await asyncio.to_thread(self._finish, msg, lsid)
+            if name == "commitTransaction" and reply.get("ok"):
+                gate.remember_commit(lsid, txn_number)
+            if gate.owner == lsid:
+                gate.release()
+            return reply
+        if (name == "commitTransaction" and lsid is not None
+                and gate.committed.get(lsid) == txn_number):
+            return {"ok": 1}
+        return _error(f"{name}: transaction {txn_number} of this session is not open (it "
+                      "was rolled back or never began)", 251, "NoSuchTransaction",
+                      "TransientTransactionError")
+
+    def _finish(self, msg: dict[str, Any], lsid: str) -> dict[str, Any]:
+        """Commit or abort, then roll back anything a failed commit left open."""
+        reply = self._call(msg)
+        self.gate.abort_open(lsid)
+        return reply
+
+    async def end_sessions(self, msg: dict[str, Any], cmd: dict[str, Any]) -> dict[str, Any]:
+        from nx_27017.wire_protocol import _extract_session_id
+
+        ended = cmd.get("endSessions") or []
+        ids = {_extract_session_id(x) for x in ended if isinstance(x, dict)}
+        if self.gate.owner in ids:
+            await self.gate.abort_owner("its session ended")
+        return await self.run(msg)
+
+
+# -- the process --------------------------------------------------------------------------
+
+
+def secure_data_dir(data_dir: Path) -> None:
+    """0700 for the directory and 0600 for the files in it (older stores were 0755/0644)."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o700)
+    for entry in data_dir.iterdir():
+        if entry.is_file() and not entry.is_symlink():
+            os.chmod(entry, 0o600)
+
+
+def resolve_token(data_dir: Path, token_file: str | None) -> str:
+    """The TCP credential: ``$CHEETO_STORE_TOKEN``, else the token file, generated (0600)
+    when missing. Never from argv."""
+    import secrets
+
+    if env := os.environ.get(TOKEN_ENV):
+        return env
+    path = Path(token_file) if token_file else data_dir / TOKEN_NAME
+    try:
+        token = path.read_text().strip()
+    except FileNotFoundError:
+        token = ""
+    if not token:
+        token = secrets.token_urlsafe(32)
+        write_private(path, token + "\n")
+    return token
+
+
+def hold_server_lock(data_dir: Path) -> int:
+    """One server per data directory, whatever the transport or port."""
+    fd = os.open(data_dir / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        print(f"error: another embedded store already serves {data_dir}", file=sys.stderr)
+        sys.exit(3)
+    return fd
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="cheeto_like.embedded")
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--listen", choices=("unix", "tcp"), default="unix")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("-p", "--port", type=int, default=27117)
+    parser.add_argument("--lock-timeout", type=float, default=60.0)
+    parser.add_argument("--token-file")
+    parser.add_argument("--log-file")
+    parser.add_argument("--pid-file")
+    return parser.parse_args(argv)
+
+
+async def _serve(server: StoreServer, args: argparse.Namespace, data_dir: Path) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    if args.listen == "unix":
+        path = data_dir / SOCKET_NAME
+        path.unlink(missing_ok=True)  # a stale socket; the server lock says none is live
+        listener = await asyncio.start_unix_server(server.serve_connection, path=str(path))
+        os.chmod(path, 0o600)
+    else:
+        listener = await asyncio.start_server(server.serve_connection, args.host, args.port)
+    logger.warning("serving %s on %s", data_dir,
+                   f"unix:{data_dir / SOCKET_NAME}" if args.listen == "unix"
+                   else f"tcp:{args.host}:{args.port}")
+    async with listener:
+        await stop.wait()
+        # Leave cleanly but never hang (a busy shutdown once ignored SIGTERM): after a
+        # grace period the process exits regardless. SQLite keeps every committed
+        # transaction, and nothing uncommitted was promised to a client.
+        timer = threading.Timer(EXIT_GRACE_S, os._exit, args=(0,))
+        timer.daemon = True
+        timer.start()
+        listener.close()
+        if server.gate.owner is not None:
+            await server.gate.abort_owner("the server is stopping")
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv)
+    os.umask(0o077)
+    data_dir = Path(os.path.realpath(args.data_dir))
+    secure_data_dir(data_dir)
+    lock_fd = hold_server_lock(data_dir)
+    store_files.refuse_damaged(data_dir)  # a recorded file missing or damaged: exit 1
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s [%(process)d] %(message)s")
+    for name in ("nx_27017", "neosqlite"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    from nx_27017.handler import NeoSQLiteHandler
+
+    token = resolve_token(data_dir, args.token_file) if args.listen == "tcp" else None
+    instance_id = ensure_instance_id(data_dir)
+    handler = NeoSQLiteHandler(str(data_dir), data_dir=str(data_dir), journal_mode="WAL")
+    server = StoreServer(handler, data_dir=data_dir, instance_id=instance_id,
+                         transport=args.listen, token=token, lock_timeout=args.lock_timeout)
+    pid_file = Path(args.pid_file) if args.pid_file else None
+    if pid_file is not None:
+        write_private(pid_file, f"{os.getpid()}\n")
+    try:
+        asyncio.run(_serve(server, args, data_dir))
+    finally:
+        with contextlib.suppress(Exception):
+            handler.close_all()
+        if args.listen == "unix":
+            (data_dir / SOCKET_NAME).unlink(missing_ok=True)
+        if pid_file is not None:
+            pid_file.unlink(missing_ok=True)
+        os.close(lock_fd)

@@ -1,0 +1,197 @@
+"""CPU- and GPU-minute quotas per user and per Slurm account (group) at a site.
+
+- A ``Quota`` names exactly one of ``user`` or ``account``; its limits are minutes, None
+  meaning unlimited. Subjects without one get the site's ``QuotaDefaults``.
+- A period (none, monthly, quarterly, yearly: calendar periods in UTC; or explicit dates)
+  bounds the jobs that count: a job counts in the period its end falls in.
+- ``carry_over``: the unused part of the previous period's quota (never more than one
+  period's quota) is added to the current one.
+- ``QuotaAdjustment`` is a signed change to *usage* in the period that holds its time,
+  as slurm-quota's ``adjust``: negative credits minutes back, positive debits them. The
+  used figure never goes below zero.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, model_validator
+
+from .base import BaseDoc, index, unique
+from .fields import FreeText, PosixName, SiteName
+
+Period = Literal["none", "monthly", "quarterly", "yearly", "explicit"]
+PERIODS: tuple[str, ...] = ("none", "monthly", "quarterly", "yearly", "explicit")
+Resource = Literal["cpu", "gpu"]
+MAX_MINUTES = 1e12  # about two million years of one CPU: anything larger is a typo
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
+
+_AMOUNT_RE = re.compile(r"^(?P<sign>[+-]?)(?P<n>\d{1,13}(?:\.\d{1,4})?)\s*(?P<unit>m|min|h)?$",
+                        re.IGNORECASE)
+UNLIMITED_WORDS = ("unlimited", "inf", "none", "-1")
+
+
+def _minutes(value: float | None) -> float | None:
+    if value is not None and not 0 <= value <= MAX_MINUTES:
+        raise ValueError(f"{value} minutes is out of range (0 to {MAX_MINUTES:g})")
+    return value
+
+
+Minutes = Annotated[float | None, AfterValidator(_minutes)]
+
+
+def parse_amount(text: str, *, signed: bool = False) -> float | None:
+    """``600m``/``600`` (minutes), ``10h`` (hours), ``unlimited`` -> minutes or None.
+    With ``signed`` (adjustments) a leading ``+``/``-`` is allowed and unlimited is not."""
+    value = text.strip().lower()
+    if not signed and value in UNLIMITED_WORDS:
+        return None
+    m = _AMOUNT_RE.match(value)
+    if m is None or (m["sign"] and not signed):
+        hint = "+10h, -90m" if signed else "600m, 10h or unlimited"
+        raise ValueError(f"cannot read amount {text!r} (examples: {hint})")
+    amount = float(m["n"]) * (60 if (m["unit"] or "m").lower() == "h" else 1)
+    if amount > MAX_MINUTES:
+        raise ValueError(f"amount {text!r} is out of range")
+    return -amount if m["sign"] == "-" else amount
+
+
+def period_window(period: str, now: datetime, start: datetime | None = None,
+                  end: datetime | None = None) -> tuple[datetime, datetime]:
+    """[start, end) of the period that holds ``now`` (UTC calendar periods)."""
+    now = now.astimezone(UTC)
+    if period == "none":
+        return EPOCH, FOREVER
+    if period == "explicit":
+        if start is None or end is None:
+            raise ValueError("an explicit period needs a start and an end")
+        return start, end
+    months = {"monthly": 1, "quarterly": 3, "yearly": 12}[period]
+    first = (now.month - 1) // months * months + 1
+    begin = datetime(now.year, first, 1, tzinfo=UTC)
+    return begin, _add_months(begin, months)
+
+
+def previous_window(period: str, window: tuple[datetime, datetime],
+                    ) -> tuple[datetime, datetime] | None:
+    """The period before ``window`` (None for none/explicit: nothing carries over)."""
+    if period not in ("monthly", "quarterly", "yearly"):
+        return None
+    months = {"monthly": 1, "quarterly": 3, "yearly": 12}[period]
+    return _add_months(window[0], -months), window[0]
+
+
+def _add_months(when: datetime, months: int) -> datetime:
+    index_ = when.year * 12 + when.month - 1 + months
+    return when.replace(year=index_ // 12, month=index_ % 12 + 1, day=1)
+
+
+class _PeriodFields(BaseDoc):
+    period: Period = "none"
+    period_start: datetime | None = None
+    period_end: datetime | None = None
+    carry_over: bool = False
+
+    @model_validator(mode="after")
+    def _explicit_dates(self) -> _PeriodFields:
+        if self.period == "explicit":
+            if self.period_start is None or self.period_end is None:
+                raise ValueError("an explicit period needs --start and --end")
+            if self.period_end <= self.period_start:
+                raise ValueError("the period must end after it starts")
+        elif self.period_start is not None or self.period_end is not None:
+            raise ValueError("--start/--end only go with --period explicit")
+        if self.carry_over and self.period in ("none", "explicit"):
+            raise ValueError(f"carry-over needs a repeating period, not {self.period!r}")
+        return self
+
+    def window(self, now: datetime) -> tuple[datetime, datetime]:
+        return period_window(self.period, now, self.period_start, self.period_end)
+
+
+class Quota(_PeriodFields):
+    """The quota of one user or one account at a site (unique per site and subject; a
+    rename rewrites ``user``/``account``, so there is no derived key to go stale)."""
+
+    site: SiteName
+    user: PosixName | None = None
+    account: PosixName | None = None
+    cpu_minutes: Minutes = None
+    gpu_minutes: Minutes = None
+
+    @model_validator(mode="after")
+    def _one_subject(self) -> Quota:
+        if (self.user is None) == (self.account is None):
+            raise ValueError("a quota names exactly one of a user or an account")
+        return self
+
+    class Settings(BaseDoc.Settings):
+        name = "quotas"
+        indexes = [unique("site", "user", "account"), index("site")]
+
+
+class QuotaDefaults(_PeriodFields):
+    """A site's quotas for users and accounts that have none of their own."""
+
+    site: SiteName
+    user_cpu_minutes: Minutes = None
+    user_gpu_minutes: Minutes = None
+    account_cpu_minutes: Minutes = None
+    account_gpu_minutes: Minutes = None
+
+    class Settings(BaseDoc.Settings):
+        name = "quota_defaults"
+        indexes = [unique("site")]
+
+
+class QuotaAdjustment(BaseDoc):
+    """A signed change to a user's or account's usage (minus: a credit), with why."""
+
+    site: SiteName
+    user: PosixName | None = None
+    account: PosixName | None = None
+    cpu_minutes: float = Field(default=0.0, ge=-MAX_MINUTES, le=MAX_MINUTES)
+    gpu_minutes: float = Field(default=0.0, ge=-MAX_MINUTES, le=MAX_MINUTES)
+    reason: FreeText = Field(min_length=1, max_length=500)
+    at: datetime
+    at_epoch: int
+
+    @model_validator(mode="after")
+    def _one_subject(self) -> QuotaAdjustment:
+        if (self.user is None) == (self.account is None):
+            raise ValueError("an adjustment names exactly one of a user or an account")
+        return self
+
+    class Settings(BaseDoc.Settings):
+        name = "quota_adjustments"
+        indexes = [index("site"), index("user"), index("account")]
+
+
+
+class QuotaNotice(BaseDoc):
+    """One threshold notice: ``kind`` user or account ``subject`` passed ``threshold`` %
+    of its ``resource`` quota in the period that starts at ``period_start``. ``key`` is
+    unique, so each threshold is noticed once per period."""
+
+    key: str
+    site: SiteName
+    kind: Literal["user", "account"]
+    subject: str
+    resource: Resource
+    threshold: int = Field(ge=1, le=1000)
+    period_start: datetime
+    percent: float
+    to: list[str] = Field(default_factory=list)
+
+    class Settings(BaseDoc.Settings):
+        name = "quota_notices"
+        indexes = [unique("key"), index("site")]
+
+
+def notice_key(site: str, kind: str, subject: str, resource: str, threshold: int,
+               period_start: datetime) -> str:
+    return (f"{site}/{kind}/{subject}/{resource}/{threshold}/"
+            f"{int(period_start.timestamp())}")

@@ -1,0 +1,280 @@
+"""Quota and charging changes: quotas, site defaults, usage adjustments, GPU factors.
+
+Every change is an Operation with its History row. Amounts are minutes (the CLI parses
+``600m``, ``10h``, ``unlimited``); None is unlimited. A field left out of ``SetQuota``
+keeps its value; a new quota starts from the site's defaults for its kind.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+from pymongo.asynchronous.client_session import AsyncClientSession
+
+from ..errors import InvalidInput, NotFound
+from ..models.base import select, select_one
+from ..models.fields import FreeText, PosixName, SiteName, utcnow
+from ..models.quota import (
+    MAX_MINUTES,
+    Period,
+    Quota,
+    QuotaAdjustment,
+    QuotaDefaults,
+)
+from ..models.usage import GpuFactor
+from ..queries.group import get_group
+from ..queries.site import get_site
+from ..queries.user import get_user
+from .base import OpArgs, Operation
+
+KEEP = "keep"
+Amount = float | None | Literal["keep"]
+GPU_TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+PAST_TOLERANCE = timedelta(minutes=5)  # clock skew between the admin's host and ours
+
+
+def _check(value: Amount, flag: str) -> Amount:
+    if isinstance(value, float) and not 0 <= value <= MAX_MINUTES:
+        raise ValueError(f"{flag} must be between 0 and {MAX_MINUTES:g} minutes")
+    return value
+
+
+class _Subject(OpArgs):
+    site: SiteName
+    user: PosixName | None = None
+    account: PosixName | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> _Subject:
+        if (self.user is None) == (self.account is None):
+            raise ValueError("give exactly one of --user or --account")
+        return self
+
+    @property
+    def label(self) -> str:
+        return f"user {self.user}" if self.user is not None else f"account {self.account}"
+
+
+async def _check_subject(args: _Subject, session: AsyncClientSession) -> None:
+    await get_site(args.site, session)
+    if args.user is not None:
+        await get_user(args.user, session)
+    else:
+        await get_group(args.account, session)  # type: ignore[arg-type]
+
+
+class _PeriodArgs(OpArgs):
+    period: Period | Literal["keep"] = KEEP
+    start: datetime | None = None
+    end: datetime | None = None
+    carry_over: bool | None = None
+
+
+class SetQuota(Operation):
+    op_name = "set_quota"
+
+    class Args(_Subject, _PeriodArgs):
+        cpu_minutes: Amount = KEEP
+        gpu_minutes: Amount = KEEP
+
+        @model_validator(mode="after")
+        def _amounts(self) -> SetQuota.Args:
+            _check(self.cpu_minutes, "--cpu")
+            _check(self.gpu_minutes, "--gpu")
+            return self
+
+    async def execute(self, session: AsyncClientSession) -> Quota:
+        args = self.args
+        await _check_subject(args, session)
+        quota = await select_one(Quota, session, site=args.site, user=args.user,
+                                 account=args.account)
+        self.created = quota is None
+        if quota is None:
+            defaults = await select_one(QuotaDefaults, session, site=args.site)
+            kind = "user" if args.user is not None else "account"
+            quota = Quota(site=args.site, user=args.user, account=args.account,
+                          cpu_minutes=getattr(defaults, f"{kind}_cpu_minutes", None),
+                          gpu_minutes=getattr(defaults, f"{kind}_gpu_minutes", None),
+                          period=defaults.period if defaults else "none",
+                          period_start=defaults.period_start if defaults else None,
+                          period_end=defaults.period_end if defaults else None,
+                          carry_over=defaults.carry_over if defaults else False)
+        values = _changes(args, ("cpu_minutes", "gpu_minutes"))
+        self.before = {k: getattr(quota, k) for k in values} if not self.created else {}
+        _apply(quota, values)
+        if self.created:
+            await quota.insert(session=session)
+        else:
+            await quota.save(session=session)
+        self.quota = quota
+        return quota
+
+    def describe(self) -> dict[str, Any]:
+        q = self.quota
+        return {"site": q.site, "user": q.user, "account": q.account, "created": self.created,
+                "cpu_minutes": q.cpu_minutes, "gpu_minutes": q.gpu_minutes,
+                "period": q.period, "carry_over": q.carry_over,
+                "before": {k: str(v) for k, v in self.before.items()}}
+
+
+def _changes(args: Any, amounts: tuple[str, ...]) -> dict[str, Any]:
+    values: dict[str, Any] = {k: getattr(args, k) for k in amounts
+                              if getattr(args, k) != KEEP}
+    if args.period != KEEP:
+        values["period"] = args.period
+        values["period_start"] = args.start if args.period == "explicit" else None
+        values["period_end"] = args.end if args.period == "explicit" else None
+        if args.period in ("none", "explicit") and args.carry_over is None:
+            values["carry_over"] = False
+    elif args.start is not None or args.end is not None:
+        raise InvalidInput("--start/--end go with --period explicit")
+    if args.carry_over is not None:
+        values["carry_over"] = args.carry_over
+    return values
+
+
+def _apply(doc: Any, values: dict[str, Any]) -> None:
+    """Set every value, then validate the whole document once (period and dates
+    depend on each other, so they cannot be checked one assignment at a time)."""
+    data = {**doc.model_dump(), **values}
+    checked = type(doc).model_validate(data)
+    for name in values:
+        object.__setattr__(doc, name, getattr(checked, name))
+
+
+class RemoveQuota(Operation):
+    """The subject falls back to the site's defaults."""
+
+    op_name = "remove_quota"
+
+    class Args(_Subject):
+        pass
+
+    async def execute(self, session: AsyncClientSession) -> None:
+        quota = await select_one(Quota, session, site=self.args.site, user=self.args.user,
+                                 account=self.args.account)
+        if quota is None:
+            raise NotFound(f"{self.args.label} has no quota at {self.args.site}")
+        await quota.delete(session=session)
+
+    def describe(self) -> dict[str, Any]:
+        return {"site": self.args.site, "user": self.args.user, "account": self.args.account}
+
+
+class SetQuotaDefaults(Operation):
+    op_name = "set_quota_defaults"
+
+    class Args(_PeriodArgs):
+        site: SiteName
+        user_cpu_minutes: Amount = KEEP
+        user_gpu_minutes: Amount = KEEP
+        account_cpu_minutes: Amount = KEEP
+        account_gpu_minutes: Amount = KEEP
+
+        @model_validator(mode="after")
+        def _amounts(self) -> SetQuotaDefaults.Args:
+            for name in ("user_cpu_minutes", "user_gpu_minutes", "account_cpu_minutes",
+                         "account_gpu_minutes"):
+                _check(getattr(self, name), f"--{name.removesuffix('_minutes')}")
+            return self
+
+    AMOUNTS = ("user_cpu_minutes", "user_gpu_minutes", "account_cpu_minutes",
+               "account_gpu_minutes")
+
+    async def execute(self, session: AsyncClientSession) -> QuotaDefaults:
+        await get_site(self.args.site, session)
+        defaults = await select_one(QuotaDefaults, session, site=self.args.site)
+        self.created = defaults is None
+        if defaults is None:
+            defaults = QuotaDefaults(site=self.args.site)
+        values = _changes(self.args, self.AMOUNTS)
+        if not values:
+            raise InvalidInput("nothing to set: give at least one quota or --period")
+        _apply(defaults, values)
+        if self.created:
+            await defaults.insert(session=session)
+        else:
+            await defaults.save(session=session)
+        self.defaults = defaults
+        return defaults
+
+    def describe(self) -> dict[str, Any]:
+        d = self.defaults
+        return {"site": d.site, **{k: getattr(d, k) for k in self.AMOUNTS},
+                "period": d.period, "carry_over": d.carry_over}
+
+
+class AdjustUsage(Operation):
+    """A signed change to usage in the current period: negative credits, positive debits."""
+
+    op_name = "adjust_usage"
+
+    class Args(_Subject):
+        cpu_minutes: float = Field(default=0.0, ge=-MAX_MINUTES, le=MAX_MINUTES)
+        gpu_minutes: float = Field(default=0.0, ge=-MAX_MINUTES, le=MAX_MINUTES)
+        reason: FreeText = Field(min_length=1, max_length=500)
+        at: datetime | None = None
+
+        @model_validator(mode="after")
+        def _something(self) -> AdjustUsage.Args:
+            if not self.cpu_minutes and not self.gpu_minutes:
+                raise ValueError("give a non-zero --cpu or --gpu")
+            return self
+
+    async def execute(self, session: AsyncClientSession) -> QuotaAdjustment:
+        await _check_subject(self.args, session)
+        at = self.args.at or utcnow()
+        self.adjustment = QuotaAdjustment(
+            site=self.args.site, user=self.args.user, account=self.args.account,
+            cpu_minutes=self.args.cpu_minutes, gpu_minutes=self.args.gpu_minutes,
+            reason=self.args.reason, at=at, at_epoch=int(at.timestamp()))
+        await self.adjustment.insert(session=session)
+        return self.adjustment
+
+    def describe(self) -> dict[str, Any]:
+        a = self.adjustment
+        return {"site": a.site, "user": a.user, "account": a.account,
+                "cpu_minutes": a.cpu_minutes, "gpu_minutes": a.gpu_minutes,
+                "reason": a.reason, "at": a.at.isoformat()}
+
+
+class SetGpuFactor(Operation):
+    """A new version of a GPU type's factor from ``effective_from`` (default now) on.
+    It must not lie in the past: jobs already charged keep their charge."""
+
+    op_name = "set_gpu_factor"
+
+    class Args(OpArgs):
+        site: SiteName
+        gpu_type: str = Field(pattern=GPU_TYPE_PATTERN)
+        factor: float = Field(ge=0, le=1000)
+        effective_from: datetime | None = None
+
+    async def execute(self, session: AsyncClientSession) -> GpuFactor:
+        await get_site(self.args.site, session)
+        now = utcnow()
+        # whole seconds: the store keeps milliseconds, and a version must compare equal to
+        # itself when read back
+        since = (self.args.effective_from or now).replace(microsecond=0)
+        if since < now - PAST_TOLERANCE:
+            raise InvalidInput("--from is in the past: jobs already charged keep their "
+                               "charge, so a factor can only start now or later")
+        same = [f for f in await select(GpuFactor, session, site=self.args.site)
+                if f.gpu_type == self.args.gpu_type]
+        clash = [f for f in same if f.effective_from >= since]
+        if clash:
+            raise InvalidInput(f"GPU type {self.args.gpu_type!r} already has a factor from "
+                               f"{clash[0].effective_from.isoformat()}; factors only move "
+                               "forward in time")
+        self.previous = max(same, key=lambda f: f.effective_from).factor if same else None
+        self.factor = GpuFactor(site=self.args.site, gpu_type=self.args.gpu_type,
+                                factor=self.args.factor, effective_from=since)
+        await self.factor.insert(session=session)
+        return self.factor
+
+    def describe(self) -> dict[str, Any]:
+        f = self.factor
+        return {"site": f.site, "gpu_type": f.gpu_type, "factor": f.factor,
+                "previous": self.previous, "effective_from": f.effective_from.isoformat()}

@@ -1,0 +1,230 @@
+"""Writes to the usage ledger: collect finished jobs from sacct, prune old records.
+
+Collecting is a sync, not an admin change: like the reconcilers it records its outcome
+(in the site's ``UsageCursor``), not a History row per run, which scheduled runs would
+grow without bound. It is an upsert by ``UsageRecord.key`` that compares fingerprints:
+an unchanged re-collect writes nothing; a job whose record changed (requeued, or its
+charge changed) is replaced in place, never doubled. Chunks commit one by one; a run
+that dies half-way leaves whole chunks, and the next (idempotent) run finishes the job.
+
+The watermark is the ``until`` of the last run; the next run starts ``overlap`` earlier,
+for jobs whose record reached slurmdbd late (slurmctld queues them while slurmdbd is down).
+
+Pruning is an admin decision with History (``PruneUsage``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pymongo.asynchronous.client_session import AsyncClientSession
+
+from ..adapters.sacct import Sacct, SacctJob
+from ..errors import InvalidInput
+from ..models.base import select_one
+from ..models.fields import SiteName, utcnow
+from ..models.usage import (
+    FactorTable,
+    UsageCursor,
+    UsageRecord,
+    charge_gpus,
+    cpu_minutes,
+    fingerprint,
+    record_key,
+)
+from ..queries.site import get_site
+from ..queries.usage import factor_table
+from ..store import Store
+from .base import OpArgs, Operation
+
+DEFAULT_OVERLAP = timedelta(hours=1)
+FIRST_LOOKBACK = timedelta(days=30)  # a site's first collect without --since
+CHUNK = 2000
+
+
+@dataclass
+class IngestCounts:
+    seen: int = 0
+    inserted: int = 0
+    replaced: int = 0
+    unchanged: int = 0
+    queries: int = 0  # store round trips (reads and writes), for the benchmark
+
+    @property
+    def written(self) -> int:
+        return self.inserted + self.replaced
+
+
+@dataclass
+class CollectReport:
+    site: str
+    cluster: str
+    since: datetime
+    until: datetime
+    counts: IngestCounts
+    skipped: tuple[str, ...] = ()
+    seconds: float = 0.0
+    other_clusters: int = 0  # rows sacct returned for another cluster (ignored)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"site": self.site, "cluster": self.cluster, "since": self.since,
+                "until": self.until, "seen": self.counts.seen,
+                "inserted": self.counts.inserted, "replaced": self.counts.replaced,
+                "unchanged": self.counts.unchanged, "skipped": len(self.skipped),
+                "skipped_lines": list(self.skipped[:20]),
+                "other_clusters": self.other_clusters, "seconds": round(self.seconds, 3)}
+
+
+def record_content(site: str, job: SacctJob, factors: FactorTable) -> dict[str, Any]:
+    """The charged content of one sacct job (what its fingerprint covers)."""
+    started = job.start or job.end
+    gpus = charge_gpus(job.tres.gpus, job.elapsed_s, started, factors)
+    content: dict[str, Any] = {
+        "site": site, "cluster": job.cluster, "job_id": job.job_id, "user": job.user,
+        "account": job.account, "partition": job.partition, "qos": job.qos,
+        "state": job.state, "start": job.start, "end": job.end,
+        "end_epoch": int(job.end.timestamp()), "day": job.end.astimezone(UTC).date().isoformat(),
+        "elapsed_s": job.elapsed_s, "cpus": job.tres.cpus, "mem_mb": job.tres.mem_mb,
+        "gpus": [g.model_dump() for g in gpus],
+        "cpu_minutes": cpu_minutes(job.tres.cpus, job.elapsed_s),
+        "gpu_minutes": round(sum(g.minutes for g in gpus), 4)}
+    return content
+
+
+def build_record(site: str, job: SacctJob, factors: FactorTable,
+                 content: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ledger document (as stored, validated) of one sacct job."""
+    content = content or record_content(site, job, factors)
+    record = UsageRecord(key=record_key(site, job.cluster, job.job_id),
+                         fingerprint=fingerprint(content), **content)
+    return record.model_dump(by_alias=True)
+
+
+async def ingest(store: Store, site: str, jobs: Iterable[SacctJob], factors: FactorTable,
+                 *, chunk: int = CHUNK) -> IngestCounts:
+    """Upsert ``jobs`` into the ledger by key; returns what was written."""
+    by_key: dict[str, SacctJob] = {}
+    for job in jobs:
+        by_key[record_key(site, job.cluster, job.job_id)] = job
+    counts = IngestCounts(seen=len(by_key))
+    keys = list(by_key)
+    collection = UsageRecord.get_pymongo_collection()
+    for start in range(0, len(keys), chunk):
+        part = keys[start:start + chunk]
+        existing = {doc["key"]: doc async for doc in collection.find(
+            {"key": {"$in": part}}, {"_id": 1, "key": 1, "fingerprint": 1, "created_at": 1},
+            batch_size=chunk)}
+        counts.queries += 1
+        inserts: list[dict[str, Any]] = []
+        replaces: list[dict[str, Any]] = []
+        for key in part:
+            content = record_content(site, by_key[key], factors)
+            old = existing.get(key)
+            if old is not None and old.get("fingerprint") == fingerprint(content):
+                counts.unchanged += 1  # the common re-collect case: nothing validated
+                continue
+            doc = build_record(site, by_key[key], factors, content)
+            if old is None:
+                inserts.append(doc)
+            else:
+                doc["_id"], doc["created_at"] = old["_id"], old.get("created_at", doc["created_at"])
+                replaces.append(doc)
+        if inserts or replaces:
+            async with store.session(transaction=True) as session:
+                if inserts:
+                    await collection.insert_many(inserts, session=session)
+                    counts.queries += 1
+                for doc in replaces:
+                    await collection.replace_one({"_id": doc["_id"]}, doc, session=session)
+                    counts.queries += 1
+        counts.inserted += len(inserts)
+        counts.replaced += len(replaces)
+    return counts
+
+
+async def collect(store: Store, site: str, *, sacct: Sacct, since: datetime | None = None,
+                  until: datetime | None = None, overlap: timedelta = DEFAULT_OVERLAP,
+                  ) -> CollectReport:
+    """Read the jobs of ``site``'s cluster that ended in the window and upsert them.
+
+    The window is [since, until]: ``since`` defaults to the watermark minus ``overlap``
+    (a first run looks back ``FIRST_LOOKBACK``), ``until`` to now. The watermark moves
+    to ``until`` afterwards (never backwards)."""
+    started = time.monotonic()
+    record = await get_site(site)
+    cluster = record.cluster_name
+    cursor = await select_one(UsageCursor, None, site=record.name)
+    until = (until or utcnow()).astimezone(UTC)
+    if since is None:
+        since = cursor.until - overlap if cursor else until - FIRST_LOOKBACK
+    since = since.astimezone(UTC)
+    if since >= until:
+        raise InvalidInput(f"the window is empty: --since {since.isoformat()} is not before "
+                           f"{until.isoformat()}")
+    parsed = await sacct.finished_jobs(cluster, since, until)
+    ours = [job for job in parsed.jobs if job.cluster in (cluster, "")]
+    factors = await factor_table(record.name)
+    counts = await ingest(store, record.name, ours, factors)
+    report = CollectReport(site=record.name, cluster=cluster, since=since, until=until,
+                           counts=counts, skipped=parsed.skipped,
+                           other_clusters=len(parsed.jobs) - len(ours),
+                           seconds=time.monotonic() - started)
+    await _move_watermark(store, cursor, record.name, cluster, until, report)
+    return report
+
+
+async def _move_watermark(store: Store, cursor: UsageCursor | None, site: str, cluster: str,
+                          until: datetime, report: CollectReport) -> None:
+    summary = report.as_dict()
+    async with store.session(transaction=True) as session:
+        if cursor is None:
+            await UsageCursor(site=site, cluster=cluster, until=until, last_run_at=utcnow(),
+                              last=summary).insert(session=session)
+            return
+        cursor.until = max(cursor.until.astimezone(UTC), until)
+        cursor.cluster, cursor.last_run_at, cursor.last = cluster, utcnow(), summary
+        await cursor.save(session=session)
+
+
+class PruneUsage(Operation):
+    """Delete a site's (or every site's) ledger records of jobs that ended before
+    ``before``. Quotas over periods that reach back past it lose that usage: the
+    command says how many records go; ``dry_run`` only counts them."""
+
+    op_name = "prune_usage"
+
+    class Args(OpArgs):
+        before: datetime
+        site: SiteName | None = None
+        dry_run: bool = False
+
+    async def execute(self, session: AsyncClientSession) -> int:
+        if self.args.before > utcnow():
+            raise InvalidInput("--before is in the future: that would delete jobs still "
+                               "being charged")
+        if self.args.site is not None:
+            await get_site(self.args.site, session)
+        where: dict[str, Any] = {"end_epoch": {"$lt": int(self.args.before.timestamp())}}
+        if self.args.site is not None:
+            where["site"] = self.args.site
+        collection = UsageRecord.get_pymongo_collection()
+        if self.args.dry_run:
+            self.deleted = await collection.count_documents(where, session=session)
+        else:
+            self.deleted = (await collection.delete_many(where, session=session)).deleted_count
+        return self.deleted
+
+    def describe(self) -> dict[str, Any]:
+        return {"site": self.args.site, "before": self.args.before.isoformat(),
+                "deleted": self.deleted, "dry_run": self.args.dry_run}
+
+
+async def prune(store: Store, author: str | None, *, before: datetime, site: str | None,
+                dry_run: bool) -> int:
+    """A dry run counts without a History row (nothing changed)."""
+    return await PruneUsage.run(store, author, skip_history=dry_run, before=before, site=site,
+                                dry_run=dry_run)

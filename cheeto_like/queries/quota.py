@@ -1,0 +1,202 @@
+"""Quota status: used (ledger + adjustments), preallocated, quota, percent.
+
+Query count does not grow with the number of jobs or subjects: the quotas and defaults
+of the site (2 queries), its adjustments (1), and one ledger aggregation per distinct
+(kind, period window) in play, which is a handful (each quota's period, the defaults'
+period, and the previous periods of those that carry over).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..models.quota import Quota, QuotaAdjustment, QuotaDefaults, previous_window
+from ..models.usage import FactorTable
+from .usage import used_by
+
+Window = tuple[datetime, datetime]
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """Minutes reserved by running jobs, per user and per account (already charged with
+    the GPU factors in force now). ``known`` is False when squeue was not reachable."""
+
+    users: dict[str, tuple[float, float]]
+    accounts: dict[str, tuple[float, float]]
+    known: bool = True
+    note: str | None = None
+
+
+NO_RESERVATIONS = Reserved({}, {}, known=False, note="squeue not asked")
+
+
+def reservations(jobs: Sequence[Any], factors: FactorTable, now: datetime) -> Reserved:
+    """Sum ``adapters.squeue.RunningJob``s per user and account: CPUs x limit and
+    GPUs x limit x factor. Jobs without a limit reserve nothing (nothing bounds them)."""
+    users: dict[str, tuple[float, float]] = {}
+    accounts: dict[str, tuple[float, float]] = {}
+    for job in jobs:
+        if job.limit_minutes is None:
+            continue
+        cpu = job.cpus * job.limit_minutes
+        gpu = sum(n * job.limit_minutes * factors.factor(kind, now) for kind, n in job.gpus)
+        for table, name in ((users, job.user), (accounts, job.account)):
+            old = table.get(name, (0.0, 0.0))
+            table[name] = (old[0] + cpu, old[1] + gpu)
+    return Reserved(users, accounts)
+
+
+@dataclass
+class ResourceStatus:
+    used: float
+    preallocated: float
+    quota: float | None  # None: unlimited
+    carried: float = 0.0
+
+    @property
+    def percent(self) -> float | None:
+        if self.quota is None:
+            return None
+        if self.quota == 0:
+            return 0.0 if self.used + self.preallocated == 0 else 100.0
+        return round(100 * (self.used + self.preallocated) / self.quota, 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"used": round(self.used, 2), "preallocated": round(self.preallocated, 2),
+                "quota": None if self.quota is None else round(self.quota, 2),
+                "carried_over": round(self.carried, 2), "percent": self.percent}
+
+
+@dataclass
+class QuotaStatus:
+    kind: str  # user | account
+    name: str
+    source: str  # own | default | none
+    period: str
+    start: datetime
+    end: datetime
+    cpu: ResourceStatus
+    gpu: ResourceStatus
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "source": self.source,
+                "period": self.period, "start": self.start, "end": self.end,
+                "cpu_minutes": self.cpu.as_dict(), "gpu_minutes": self.gpu.as_dict()}
+
+
+@dataclass
+class _Limits:
+    source: str
+    period: str
+    window: Window
+    cpu: float | None
+    gpu: float | None
+    carry_over: bool
+
+
+async def quota_status(site: str, now: datetime, *, user: str | None = None,
+                       account: str | None = None,
+                       reserved: Reserved = NO_RESERVATIONS) -> list[QuotaStatus]:
+    """The status of one subject, or (neither given) of every user and account that has
+    a quota or used anything in the defaults' current period."""
+    quotas = {(("user", q.user) if q.user is not None else ("account", q.account)): q
+              for q in await Quota.find({"site": site}).to_list()}
+    defaults = await QuotaDefaults.find_one({"site": site})
+    default_window = defaults.window(now) if defaults else (
+        QuotaDefaults.model_construct(period="none").window(now))
+    subjects: list[tuple[str, str]]
+    if user is not None:
+        subjects = [("user", user)]
+    elif account is not None:
+        subjects = [("account", account)]
+    else:
+        subjects = list(quotas)
+    limits = {s: _limits_of(s, quotas.get(s), defaults, now) for s in subjects}
+    usage = _UsageCache(site)
+    if user is None and account is None:  # everyone who used the site this period
+        for kind in ("user", "account"):
+            for name in await usage.get(kind, default_window):
+                if (kind, name) not in limits:
+                    limits[(kind, name)] = _limits_of((kind, name), None, defaults, now)
+        for kind, lim in [(k, v) for (k, _), v in limits.items()]:
+            await usage.get(kind, lim.window)  # site-wide: one aggregation per window
+            previous = previous_window(lim.period, lim.window) if lim.carry_over else None
+            if previous is not None:
+                await usage.get(kind, previous)
+    adjustments = await QuotaAdjustment.find({"site": site}).to_list()
+    out = []
+    for (kind, name), lim in sorted(limits.items()):
+        used_cpu, used_gpu = (await usage.get(kind, lim.window, name)).get(name, (0.0, 0.0))
+        adj_cpu, adj_gpu = _adjusted(adjustments, kind, name, lim.window)
+        taken = (reserved.users if kind == "user" else reserved.accounts).get(name, (0.0, 0.0))
+        carried = (0.0, 0.0)
+        previous = previous_window(lim.period, lim.window) if lim.carry_over else None
+        if previous is not None:
+            prev_cpu, prev_gpu = (await usage.get(kind, previous, name)).get(name, (0.0, 0.0))
+            p_adj = _adjusted(adjustments, kind, name, previous)
+            carried = (_left(lim.cpu, prev_cpu + p_adj[0]), _left(lim.gpu, prev_gpu + p_adj[1]))
+        out.append(QuotaStatus(
+            kind=kind, name=name, source=lim.source, period=lim.period,
+            start=lim.window[0], end=lim.window[1],
+            cpu=ResourceStatus(max(0.0, used_cpu + adj_cpu), taken[0],
+                               None if lim.cpu is None else lim.cpu + carried[0], carried[0]),
+            gpu=ResourceStatus(max(0.0, used_gpu + adj_gpu), taken[1],
+                               None if lim.gpu is None else lim.gpu + carried[1], carried[1])))
+    return out
+
+
+def _left(quota: float | None, used: float) -> float:
+    """What carries over: the unused part, at most one period's quota."""
+    if quota is None:
+        return 0.0
+    return max(0.0, min(quota, quota - max(0.0, used)))
+
+
+def _limits_of(subject: tuple[str, str], quota: Quota | None,
+               defaults: QuotaDefaults | None, now: datetime) -> _Limits:
+    kind = subject[0]
+    if quota is not None:
+        return _Limits("own", quota.period, quota.window(now), quota.cpu_minutes,
+                       quota.gpu_minutes, quota.carry_over)
+    if defaults is not None:
+        return _Limits("default", defaults.period, defaults.window(now),
+                       getattr(defaults, f"{kind}_cpu_minutes"),
+                       getattr(defaults, f"{kind}_gpu_minutes"), defaults.carry_over)
+    none = QuotaDefaults.model_construct(period="none")
+    return _Limits("none", "none", none.window(now), None, None, False)
+
+
+def _adjusted(adjustments: list[QuotaAdjustment], kind: str, name: str,
+              window: Window) -> tuple[float, float]:
+    lo, hi = int(window[0].timestamp()), int(window[1].timestamp())
+    cpu = gpu = 0.0
+    for a in adjustments:
+        if getattr(a, kind) == name and lo <= a.at_epoch < hi:
+            cpu += a.cpu_minutes
+            gpu += a.gpu_minutes
+    return cpu, gpu
+
+
+class _UsageCache:
+    """One ledger aggregation per (kind, window), shared by every subject; a single
+    subject's status narrows the match to that subject instead."""
+
+    def __init__(self, site: str) -> None:
+        self.site = site
+        self.cache: dict[tuple[str, Window, str | None], dict[str, tuple[float, float]]] = {}
+        self.queries = 0
+
+    async def get(self, kind: str, window: Window,
+                  name: str | None = None) -> dict[str, tuple[float, float]]:
+        if (kind, window, None) in self.cache:
+            return self.cache[(kind, window, None)]
+        key = (kind, window, name)
+        if key not in self.cache:
+            self.queries += 1
+            self.cache[key] = await used_by(self.site, window[0], window[1], kind,
+                                            None if name is None else [name])
+        return self.cache[key]

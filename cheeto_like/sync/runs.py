@@ -1,0 +1,140 @@
+"""A sync run's life in the store: the write-ahead item log, crash detection, and the
+rolling deletion budget read from past runs.
+
+Why a write-ahead log: a run killed mid-apply (SIGKILL, a lost node) must leave behind
+exactly which outside commands ran. The apply writes the whole plan as ``planned``
+items first, then, before each command, one update that closes the previous command's
+outcome and marks the next one ``started``: one store write per command, and after a
+crash every item is ``ok``/``failed``/… (ran), ``started`` (may have run) or ``planned``
+(did not). The whole ``items`` list is ``$set`` each time: the embedded store does not
+support ``items.N`` paths or ``$push`` of sub-documents (tests/test_store_conformance.py).
+
+Why crash detection here: nothing runs when a process dies, so whoever looks next closes
+the run. A ``running`` run is stale when the lease it ran under is no longer its holder's
+(expired, taken or released), or, for a run without a lease (a dry run), when its holder
+was a process on this host that no longer runs (also true of a lease-bound run). Runs
+that do not name their holder are left alone. Stale runs become ``crashed``, with the
+removals their ``ok``/``started`` items made, so the deletion budget still counts them.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from ..errors import GuardTripped
+from ..models import SyncLease, SyncRun
+from ..models.fields import utcnow
+from ..models.sync import SyncItem, epoch_ms
+from ..store import Store
+from .lease import holder_is_gone
+
+BUDGET_WINDOW = timedelta(hours=24)
+
+
+def removed_by(items: list[SyncItem]) -> int:
+    """Removals made (or possibly made, for a command in flight) by these items. A failed
+    or pending sacctmgr call removed nothing; a started one is counted to be safe."""
+    return sum(i.removals for i in items if i.outcome in ("ok", "started"))
+
+
+class RunJournal:
+    """Writes a run's items ahead of the commands they describe (one write per step)."""
+
+    def __init__(self, store: Store, run: SyncRun) -> None:
+        self.store, self.run = store, run
+        self.writes = 0
+
+    async def write(self, items: list[SyncItem], *, removed: int | None = None,
+                    **extra: Any) -> None:
+        """``removed`` overrides the count from ``items`` (a run that stores only some
+        of its items, or counts a whole batch before it starts)."""
+        fields: dict[str, Any] = {"items": [i.model_dump() for i in items],
+                                  "counts.removed": removed_by(items) if removed is None
+                                  else removed}
+        fields |= {f"extra.{k}": v for k, v in extra.items()}
+        async with self.store.exclusive():
+            await SyncRun.get_pymongo_collection().update_one({"_id": self.run.id},
+                                                              {"$set": fields})
+        self.writes += 1
+
+
+def _stale(doc: dict[str, Any], leases: dict[str, dict[str, Any]], now: Any) -> bool:
+    holder, key = doc.get("holder"), doc.get("lease")
+    if holder is None:  # a run that does not name its process (HiPPO, IAM): never judged
+        return False
+    if holder_is_gone(holder):
+        return True
+    if key is not None:
+        current = leases.get(key)
+        return current is None or current["holder"] != holder or \
+            current.get("expires_ms", epoch_ms(current["expires_at"])) < epoch_ms(now)
+    return False
+
+
+async def close_stale_runs(store: Store, *, target: str | None = None,
+                           site: str | None = None) -> list[str]:
+    """Mark every stale ``running`` run ``crashed`` (optionally only one target/site);
+    returns their ids. Cheap when nothing is running: one indexed query."""
+    runs = SyncRun.get_pymongo_collection()
+    running = [doc async for doc in runs.find({"status": "running"})
+               if (target is None or doc.get("target") == target)
+               and (site is None or doc.get("site") == site)]
+    if not running:
+        return []
+    leases = {doc["_id"]: doc async for doc in SyncLease.get_pymongo_collection().find({})}
+    now = utcnow()
+    closed = []
+    for doc in running:
+        if not _stale(doc, leases, now):
+            continue
+        items = [SyncItem.model_validate(i) for i in doc.get("items") or []]
+        in_flight = [i.command for i in items if i.outcome == "started"]
+        error = "crashed: its process died or lost the lease mid-run" + (
+            f"; in flight: {in_flight[0]}" if in_flight else "")
+        removed = max(removed_by(items), int((doc.get("counts") or {}).get("removed") or 0))
+        async with store.exclusive():
+            done = await runs.update_one(
+                {"_id": doc["_id"], "status": "running"},
+                {"$set": {"status": "crashed", "error": error, "counts.removed": removed},
+                 "$currentDate": {"finished_at": True}})
+        if done.modified_count:
+            closed.append(str(doc["_id"]))
+    return closed
+
+
+async def removed_recently(target: str, site: str, *, window: timedelta = BUDGET_WINDOW,
+                           exclude: str | None = None) -> int:
+    """Removals applied at (target, site) by runs that started within ``window``."""
+    since = utcnow() - window
+    total = 0
+    async for doc in SyncRun.get_pymongo_collection().find(
+            {"started_at": {"$gte": since}}, {"target": 1, "site": 1, "counts": 1,
+                                              "apply": 1}):
+        if doc.get("target") == target and doc.get("site") == site and doc.get("apply") \
+                and doc["_id"] != exclude:
+            total += int((doc.get("counts") or {}).get("removed") or 0)
+    return total
+
+
+async def check_budget(target: str, site: str, removals: list[str], *,
+                       per_day: int | None, allow: int | None, what: str,
+                       exclude: str | None = None) -> dict[str, int] | None:
+    """Refuse (``GuardTripped``, before any write) a plan whose removals exceed what is
+    left of the site's rolling 24-hour budget, so a cap per run cannot be drained by
+    running several times. ``allow`` (``--allow-deletions N``) lets one reviewed run
+    remove up to N regardless; its removals still count against the budget. Returns the
+    figures for the run's record (None: no budget)."""
+    if per_day is None:
+        return None
+    used = await removed_recently(target, site, exclude=exclude)
+    left = max(per_day - used, 0)
+    figures = {"per_day": per_day, "used": used, "left": left}
+    planned = len(removals)
+    if planned <= left or (allow is not None and planned <= allow):
+        return figures
+    raise GuardTripped(
+        f"the plan removes {planned} {what} but only {left} of {site}'s daily budget of "
+        f"{per_day} remain ({used} removed in the last 24 h); nothing was changed. "
+        f"Review the plan, then pass --allow-deletions {planned} to go ahead",
+        would_delete=removals)

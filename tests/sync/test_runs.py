@@ -1,0 +1,86 @@
+"""Which ``running`` SyncRuns are stale, what closing them keeps, and how the daily
+budget reads past runs (sync.runs), on the real store."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import timedelta
+
+import pytest
+
+from cheeto_like.errors import GuardTripped
+from cheeto_like.models import SyncRun
+from cheeto_like.models.fields import utcnow
+from cheeto_like.models.sync import SyncItem
+from cheeto_like.queries.alerts import build_digest
+from cheeto_like.sync.lease import holder_name, lease
+from cheeto_like.sync.runs import check_budget, close_stale_runs, removed_recently
+
+
+async def dead_holder() -> str:
+    proc = await asyncio.create_subprocess_exec("true")
+    await proc.wait()
+    return f"{os.uname().nodename}:{proc.pid}:gone"
+
+
+async def test_only_runs_whose_holder_died_or_lost_the_lease_are_closed(db):
+    gone = await dead_holder()
+    dry_dead = SyncRun(target="ldap", site="farm", holder=gone)
+    dry_alive = SyncRun(target="ldap", site="farm", holder=holder_name())
+    unnamed = SyncRun(target="hippo", site="*")  # names no holder: never judged
+    remote = SyncRun(target="slurm", site="farm", holder="elsewhere:1:x", lease="slurm:farm")
+    done = SyncRun(target="slurm", site="farm", holder=gone, status="ok")
+    for run in (dry_dead, dry_alive, unnamed, remote, done):
+        await run.insert()
+    async with lease(db, "slurm", "farm") as held:
+        mine = SyncRun(target="slurm", site="farm", holder=held.holder, lease=held.key)
+        await mine.insert()
+        closed = set(await close_stale_runs(db))
+    # the remote run's lease is held by someone else now: it is stale too
+    assert closed == {dry_dead.id, remote.id}
+    states = {r.id: r.status for r in await SyncRun.find_all().to_list()}
+    assert states == {dry_dead.id: "crashed", dry_alive.id: "running", unnamed.id: "running",
+                      remote.id: "crashed", done.id: "ok", mine.id: "running"}
+    assert await close_stale_runs(db) == [mine.id]  # released: nobody holds it any more
+
+
+async def test_a_crashed_run_keeps_its_items_and_counts_what_may_have_run(db):
+    items = [SyncItem(batch="delete associations", command="remove a", outcome="ok",
+                      removals=3),
+             SyncItem(batch="delete associations", command="remove b", outcome="started",
+                      removals=2),
+             SyncItem(batch="delete accounts", command="remove c", removals=1)]
+    run = SyncRun(target="slurm", site="farm", apply=True, holder=await dead_holder(),
+                  lease="slurm:farm", items=items)
+    await run.insert()
+    assert await close_stale_runs(db, target="slurm", site="farm") == [run.id]
+    back = await SyncRun.get(run.id)
+    assert back.status == "crashed" and "in flight: remove b" in back.error
+    assert [i.outcome for i in back.items] == ["ok", "started", "planned"]
+    assert back.counts["removed"] == 5 and back.finished_at is not None
+    assert await removed_recently("slurm", "farm") == 5
+    digest = await build_digest(db, since=utcnow() - timedelta(hours=1), now=utcnow(),
+                                stuck_after=timedelta(hours=2))
+    assert [p.id for p in digest.sync_failures] == [run.id]
+
+
+async def test_the_budget_counts_applied_runs_of_the_last_24_hours_at_that_site(db):
+    def run(removed: int, **kw) -> SyncRun:
+        kw.setdefault("site", "farm")
+        kw.setdefault("apply", True)
+        return SyncRun(target="slurm", status="ok", counts={"removed": removed}, **kw)
+
+    for doc in (run(10), run(5), run(7, site="hive"), run(9, apply=False),
+                run(11, started_at=utcnow() - timedelta(hours=25))):
+        await doc.insert()
+    assert await removed_recently("slurm", "farm") == 15
+    assert await check_budget("slurm", "farm", ["x"] * 5, per_day=20, allow=None,
+                              what="Slurm entities") == {"per_day": 20, "used": 15, "left": 5}
+    with pytest.raises(GuardTripped, match="removes 6 Slurm entities but only 5 of farm's"):
+        await check_budget("slurm", "farm", ["x"] * 6, per_day=20, allow=None,
+                           what="Slurm entities")
+    assert await check_budget("slurm", "farm", ["x"] * 6, per_day=20, allow=6,
+                              what="Slurm entities")
+    assert await check_budget("slurm", "farm", ["x"] * 99, per_day=None, allow=None,
+                              what="Slurm entities") is None

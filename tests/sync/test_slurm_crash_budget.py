@@ -1,0 +1,321 @@
+"""A crashed Slurm apply against the real slurmdbd, and the rolling deletion budget.
+
+- A ``cheeto ng slurm sync --apply`` subprocess killed with SIGKILL mid-apply leaves its
+  SyncRun showing which commands ran (write-ahead items), the status view closes it as
+  ``crashed``, and the next apply takes over within seconds of the (short) lease's
+  expiry and converges the cluster.
+- A held lease is exit 1 (``Busy``), one line, not exit 2.
+- Three runs of 40 removals under a budget of 50 a day: the second is refused before any
+  write, with one line naming the numbers and ``--allow-deletions``; the override works
+  and its removals count too.
+- sacctmgr's "Job(s) active" refusal is a pending item, not a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from cheeto_like.adapters.sacctmgr import Result, SAcctMgr
+from cheeto_like.errors import GuardTripped
+from cheeto_like.models import SyncLease, SyncRun
+from cheeto_like.models.fields import utcnow
+from cheeto_like.operations import slurm as slurm_ops
+from cheeto_like.operations.group_membership import AddGroupMember
+from cheeto_like.operations.user import SetUserStatus
+from cheeto_like.sync.lease import lease
+from cheeto_like.sync.slurm import apply_plan, sync_site
+from cheeto_like.sync.slurm_actual import SAcctMgrReader
+from cheeto_like.sync.slurm_plan import Batch, Command, Plan
+from tests.factories import AUTHOR, make_group, make_site, make_user
+from tests.services.fixtures import slurm_accounting  # noqa: F401
+from tests.services.slurm import SlurmAccounting
+
+CHEETO = str(Path(sys.executable).with_name("cheeto"))
+_n = itertools.count(1)
+
+
+@pytest.fixture
+def slurm_env(slurm_accounting: SlurmAccounting, monkeypatch) -> SlurmAccounting:  # noqa: F811
+    for key, value in slurm_accounting.env.items():
+        monkeypatch.setenv(key, value)
+    return slurm_accounting
+
+
+def config_with(cli_config: Path, tmp_path: Path, **slurm: Any) -> Path:
+    """The module's CLI config plus a ``slurm:`` block."""
+    yaml = YAML(typ="safe")
+    data = yaml.load(cli_config.read_text())
+    data["slurm"] = slurm
+    buffer = io.StringIO()
+    yaml.dump(data, buffer)
+    path = tmp_path / "config.yaml"
+    path.write_text(buffer.getvalue())
+    return path
+
+
+async def seed(store: Any, slurm: SlurmAccounting, *, groups: int = 1, members: int = 1,
+               coordinators: bool = False) -> tuple[str, list[str]]:
+    """A site (= cluster) with ``groups`` lab accounts of ``members`` users each."""
+    k = next(_n)
+    site = f"cr{k}"
+    await make_site(store, site)
+    slurm.add_cluster(site)
+    await slurm_ops.CreateSlurmPartition.run(store, AUTHOR, site=site, name="gpu")
+    users = []
+    for g in range(groups):
+        group = f"cr{k}g{g}"
+        await make_group(store, group)
+        await slurm_ops.ProvisionSlurmAllocation.run(store, AUTHOR, site=site, group=group,
+                                                     partition="gpu")
+        for m in range(members):
+            name = f"cr{k}g{g}u{m}"
+            await make_user(store, name, site=site, access=["login-ssh", "slurm"])
+            await AddGroupMember.run(store, AUTHOR, group=group, user=name, site=site)
+            users.append(name)
+        if coordinators:
+            await slurm_ops.EditSlurmAccount.run(store, AUTHOR, site=site, group=group,
+                                                 coordinators=[f"cr{k}g{g}u0"])
+    return site, users
+
+
+async def latest_run(site: str) -> SyncRun | None:
+    return await SyncRun.find({"site": site}).sort(-SyncRun.started_at).first_or_none()
+
+
+def outcomes(run: SyncRun) -> list[str]:
+    return [i.outcome for i in run.items]
+
+
+async def test_a_killed_apply_is_closed_as_crashed_and_the_next_one_takes_over(
+        db, slurm_env, cli, cli_config, tmp_path):
+    site, _ = await seed(db, slurm_env, groups=16, coordinators=True)
+    ttl = 3
+    config = config_with(cli_config, tmp_path, lease_seconds=ttl)
+    log = tmp_path / "apply.log"
+    with log.open("wb") as sink:
+        proc = await asyncio.create_subprocess_exec(
+            CHEETO, "ng", "slurm", "sync", "-s", site, "--apply", "--config", str(config),
+            stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        run = None
+        while time.monotonic() < deadline:  # kill once a few commands are recorded done
+            run = await latest_run(site)
+            if run is not None and outcomes(run).count("ok") >= 3:
+                break
+            assert proc.returncode is None, log.read_text()
+            await asyncio.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(proc.wait(), 10)
+        killed_at = time.monotonic()
+    finally:
+        if proc.returncode is None:  # pragma: no cover - never leave it running
+            proc.kill()
+            await proc.wait()
+    run = await SyncRun.get(run.id)
+    assert run.status == "running" and run.lease == f"slurm:{site}"
+    done = [i for i in run.items if i.outcome == "ok"]
+    assert len(done) >= 3 and "planned" in outcomes(run)  # killed before the end
+    # at most one command was in flight; everything before it is recorded done
+    started = [n for n, i in enumerate(run.items) if i.outcome == "started"]
+    assert len(started) <= 1
+    if started:
+        assert all(i.outcome == "ok" for i in run.items[:started[0]])
+    # what the record says ran did run: each recorded coordinator exists in slurmdbd
+    for item in done:
+        if item.batch == "add coordinators":
+            account = item.command.split("account=")[1].split()[0]
+            shown = slurm_env.sacctmgr("-i", "-P", "-n", "show", "account", account,
+                                       "withcoord", "format=coordinators").stdout.strip()
+            assert shown, item.command
+
+    # the status view sees the holder is gone and closes the run
+    r = await cli("daemon", "status", "--json")
+    assert r.code == 0, r.stderr
+    row = next(row for row in r.json() if row["task"] == "slurm_sync" and row["site"] == site)
+    assert row["state"] == "crashed"
+    crashed = await SyncRun.get(run.id)
+    assert crashed.status == "crashed" and crashed.finished_at is not None
+    assert [i.outcome for i in crashed.items] == outcomes(run)  # the record is kept
+
+    # the next apply waits only for the short lease to expire, then converges
+    left = (await SyncLease.get(f"slurm:{site}")).expires_at
+    assert (left - utcnow()).total_seconds() <= ttl
+    await asyncio.sleep(max((left - utcnow()).total_seconds(), 0) + 0.05)
+    r = await cli("ng", "slurm", "sync", "-s", site, "--apply", config=config)
+    assert r.code == 0, r.stderr
+    assert time.monotonic() - killed_at < ttl + 30
+    r = await cli("ng", "slurm", "sync", "-s", site, "--json", config=config)
+    assert r.json()["processes"] == 0
+    assert await SyncLease.get(f"slurm:{site}") is None
+    statuses = [r.status for r in await SyncRun.find({"site": site}).sort(
+        +SyncRun.started_at).to_list()]
+    assert statuses == ["crashed", "ok", "ok"]
+
+
+async def test_a_held_lease_is_exit_1_with_one_line(db, slurm_env, cli):
+    site, _ = await seed(db, slurm_env)
+    async with lease(db, "slurm", site) as held:
+        r = await cli("ng", "slurm", "sync", "-s", site, "--apply")
+    assert r.code == 1
+    assert len(r.error_lines) == 1 and "another slurm sync" in r.stderr
+    assert held.holder in r.stderr and "Traceback" not in r.stderr
+    run = await latest_run(site)
+    assert run.status == "failed" and "another slurm sync" in run.error
+    # a dry run needs no lease
+    async with lease(db, "slurm", site):
+        assert (await cli("ng", "slurm", "sync", "-s", site)).code == 0
+
+
+async def test_a_run_left_running_by_a_dead_holder_is_closed_by_the_next_apply(db, slurm_env):
+    site, _ = await seed(db, slurm_env)
+    dead = await asyncio.create_subprocess_exec("true")
+    await dead.wait()
+    ghost = SyncRun(target="slurm", site=site, apply=True, holder=f"{os.uname().nodename}:"
+                    f"{dead.pid}:gone", lease=f"slurm:{site}")
+    ghost.items = []
+    await ghost.insert()
+    runner = SAcctMgr(env=slurm_env.env, timeout=30)
+    report = await sync_site(db, site, reader=SAcctMgrReader(runner), runner=runner, apply=True)
+    assert report.ok
+    closed = await SyncRun.get(ghost.id)
+    assert closed.status == "crashed" and "crashed" in closed.error
+
+
+async def test_three_runs_of_40_removals_under_a_budget_of_50(db, slurm_env, cli, cli_config,
+                                                              tmp_path):
+    site, users = await seed(db, slurm_env, members=120)
+    runner = SAcctMgr(env=slurm_env.env, timeout=60)
+
+    async def apply(**kw: Any):
+        return await sync_site(db, site, reader=SAcctMgrReader(runner), runner=runner,
+                               apply=True, max_deletions=50, per_day=50, author=AUTHOR, **kw)
+
+    async def leave(names: list[str]) -> None:
+        for name in names:
+            await SetUserStatus.run(db, AUTHOR, name=name, status="inactive", reason="t")
+
+    assert (await apply()).ok
+    await leave(users[:40])
+    first = await apply()
+    assert first.ok and len(first.plan.removals) == 40
+    assert (await latest_run(site)).counts["removed"] == 40
+
+    await leave(users[40:80])
+    rows_before = slurm_env.sacctmgr("-i", "-P", "-n", "show", "assoc", "where",
+                                     f"cluster={site}", "format=user").stdout
+    config = config_with(cli_config, tmp_path, max_deletions_per_day=50)
+    r = await cli("ng", "slurm", "sync", "-s", site, "--apply", config=config)
+    assert r.code == 1
+    refusal = [line for line in r.error_lines if "daily budget" in line]
+    assert len(refusal) == 1
+    assert ("removes 40 Slurm entities but only 10 of" in refusal[0]
+            and "budget of 50 remain (40 removed in the last 24 h)" in refusal[0]
+            and "--allow-deletions 40" in refusal[0])
+    assert slurm_env.sacctmgr("-i", "-P", "-n", "show", "assoc", "where", f"cluster={site}",
+                              "format=user").stdout == rows_before  # nothing written
+    refused = await latest_run(site)
+    assert refused.status == "aborted" and refused.extra["would_delete"][:1] == [
+        f"{users[40]}@{site}g0/gpu".replace(f"{site}g0", users[40].rsplit("u", 1)[0])]
+
+    # the reviewed override goes ahead, and counts
+    second = await apply(allow_deletions=40)
+    assert second.ok
+    assert (await latest_run(site)).extra["budget"] == {"per_day": 50, "used": 40, "left": 10}
+    await leave(users[80:120])
+    with pytest.raises(GuardTripped, match=r"only 0 of .* remain \(80 removed"):
+        await apply()
+    users_left = {line for line in slurm_env.sacctmgr(
+        "-i", "-P", "-n", "show", "assoc", "where", f"cluster={site}",
+        "format=user").stdout.split() if line}
+    assert users_left & set(users) == set(users[80:])
+    # a dry run still plans (and shows) everything
+    runner_dry = await sync_site(db, site, reader=SAcctMgrReader(runner), runner=runner)
+    assert len(runner_dry.plan.removals) == 40
+
+
+def running_job(slurm: SlurmAccounting, cluster: str, user: str, job_id: int) -> None:
+    """A job row in slurmdbd's own table, as slurmctld records a running job (state 1):
+    slurmdbd then refuses to remove its association, exactly as on a live cluster."""
+    assoc = slurm.sql(f"select id_assoc from {cluster}_assoc_table where user='{user}' "
+                      "and deleted=0").split()[0]
+    slurm.sql("set session sql_mode=''; insert into "
+              f"{cluster}_job_table (id_assoc, id_job, state, time_submit, time_start, "
+              f"time_end) values ({assoc}, {job_id}, 1, unix_timestamp(), unix_timestamp(), 0)")
+
+
+def job_ends(slurm: SlurmAccounting, cluster: str, job_id: int) -> None:
+    slurm.sql(f"update {cluster}_job_table set state=3, time_end=unix_timestamp() "
+              f"where id_job={job_id}")
+
+
+async def test_job_s_active_is_pending_not_failed(db, slurm_env):
+    site, users = await seed(db, slurm_env, members=2)
+    runner = SAcctMgr(env=slurm_env.env, timeout=30)
+
+    async def apply():
+        return await sync_site(db, site, reader=SAcctMgrReader(runner), runner=runner,
+                               apply=True)
+
+    assert (await apply()).ok
+    running_job(slurm_env, site, users[0], 4242)
+    await SetUserStatus.run(db, AUTHOR, name=users[0], status="inactive", reason="t")
+    report = await apply()
+    assert report.ok and [i.outcome for i in report.items] == ["pending"]
+    assert "running jobs" in report.items[0].detail and "Job(s) active" in report.items[0].detail
+    run = await latest_run(site)
+    assert run.status == "ok" and run.counts["pending"] == 1 and run.counts["removed"] == 0
+    assert users[0] in slurm_env.sacctmgr("-i", "-P", "-n", "show", "assoc", "where",
+                                          f"cluster={site}", "format=user").stdout
+    # once the job ends, the next run removes it
+    job_ends(slurm_env, site, 4242)
+    again = await apply()
+    assert again.ok and [i.outcome for i in again.items] == ["ok"]
+    assert users[0] not in slurm_env.sacctmgr("-i", "-P", "-n", "show", "assoc", "where",
+                                              f"cluster={site}", "format=user").stdout
+
+
+def test_the_jobs_active_classifier():
+    def result(code: int, err: str) -> Result:
+        return Result(("sacctmgr",), code, "", err, 0.1)
+
+    assert result(1, " Error with request: Job(s) active, cancel job(s) before remove").jobs_active
+    assert result(0, "Job(s) active, cancel job(s) before remove").jobs_active  # exit 0 too
+    assert not result(1, "Nothing deleted").jobs_active
+    assert not result(0, "").jobs_active
+
+
+async def test_write_ahead_costs_one_store_write_per_command(db):
+    class Counting:
+        def __init__(self) -> None:
+            self.seen: list[list[str]] = []
+
+        async def write(self, items, **_: Any) -> None:
+            self.seen.append([i.outcome for i in items])
+
+    class Fake:
+        async def run(self, args: Any, *, write: bool) -> Result:
+            return Result(tuple(args), 0, "", "", 0.0)
+
+    planned = Plan("c", (Batch("add accounts", "add", (Command(("a",), ("account a",)),
+                                                       Command(("b",), ("account b",)))),
+                         Batch("delete accounts", "delete", (Command(("c",), ("account c",)),))))
+    journal = Counting()
+    items = await apply_plan(planned, Fake(), max_deletions=None, journal=journal)  # type: ignore[arg-type]
+    assert [i.outcome for i in items] == ["ok", "ok", "ok"]
+    assert journal.seen == [["planned", "planned", "planned"], ["started", "planned", "planned"],
+                            ["ok", "started", "planned"], ["ok", "ok", "started"],
+                            ["ok", "ok", "ok"]]
+    assert [i.removals for i in items] == [0, 0, 1]
