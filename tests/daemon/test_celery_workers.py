@@ -371,7 +371,7 @@ async def test_a_sync_whose_commands_fail_is_a_failure_after_recording_its_run(
     assert doc["status"] == "FAILURE" and json.loads(doc["result"])["exc_type"] == "SyncFailed"
     run = await SyncRun.find({"target": "slurm", "site": SITE}).sort(
         -SyncRun.started_at).first_or_none()
-    assert run.status == "failed" and run.error == "1 command(s) failed"
+    assert run.status == "failed" and run.error == "1 command(s) failed, 0 skipped"
     assert [i.outcome for i in run.items] == ["failed"]
     assert "dmn3" not in assoc_users(slurm_accounting)
     r = await enqueue(cli, daemon, "slurm_sync", "--site", SITE, "--wait")
