@@ -3,7 +3,8 @@
 # Slurm accounting (munge + MariaDB + slurmdbd + sacctmgr) and a one-node cluster
 # (slurmctld + slurmd, for live job tests), OpenLDAP (slapd + client tools),
 # the headers to build the `bonsai` LDAP client from its sdist, RabbitMQ and git, plus
-# ssh-keygen and openssl (the container entrypoint and API TLS tests make keys).
+# ssh-keygen and openssl (the container entrypoint and API TLS tests make keys), and zsh
+# (the completion tests run the zsh script in a real zsh).
 #
 # Only what is missing is installed, so a second run is quick and prints one summary line.
 # Presence is judged by a binary or header that each package provides, not by dpkg state,
@@ -29,10 +30,11 @@ declare -A PROBE=(
   [git]=cmd:git
   [openssh-client]=cmd:ssh-keygen
   [openssl]=cmd:openssl
+  [zsh]=cmd:zsh
 )
 # Install order is fixed so the apt command line is stable and readable.
 ORDER=(slurmdbd slurmctld slurmd slurm-client munge mariadb-server mariadb-client slapd ldap-utils
-       libldap-dev libsasl2-dev gcc rabbitmq-server git openssh-client openssl)
+       libldap-dev libsasl2-dev gcc rabbitmq-server git openssh-client openssl zsh)
 
 present() {  # $1: probe spec "cmd:NAME" or "file:PATH"
   local kind=${1%%:*} what=${1#*:}

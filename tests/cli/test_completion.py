@@ -1,5 +1,6 @@
-"""Shell completion: the bash script runs in a real bash, calling the real console script
-(command words from the static table, options, names read from the test store)."""
+"""Shell completion: the bash and zsh scripts run in a real bash / zsh, calling the real
+console script (command words from the static table, options, names read from the test
+store)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,33 @@ def bash_complete(script: Path, words: list[str], cword: int, *, config: Path,
            "XDG_CACHE_HOME": str(cache)}
     done = subprocess.run(["bash", "--norc", "--noprofile", "-c", program], env=env,
                           capture_output=True, text=True, timeout=60, check=True)
+    return [line for line in done.stdout.splitlines() if line]
+
+
+# zsh without a line editor: compinit gives the script its compdef; compadd and _files
+# (what the function calls on a TAB) become functions that print what they were given.
+_ZSH_RUN = r"""autoload -Uz compinit && compinit -u -D
+source "$1"
+compadd() { print -rl -- "${@[${@[(i)--]}+1,-1]}"; }
+_files() { print -r -- "<files>"; }
+print -r -- "<registered:${_comps[cheeto]}>"
+CURRENT=$2
+shift 2
+words=("$@")
+_cheeto_complete
+"""
+
+
+def zsh_complete(script: Path, words: list[str], cword: int, *, config: Path,
+                 cache: Path) -> list[str]:
+    """Source the script in zsh, set words/CURRENT (1-based), run the function; the first
+    line of the result says which function compdef registered for ``cheeto``."""
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "CHEETO_CONFIG": str(config),
+           "XDG_CACHE_HOME": str(cache)}
+    done = subprocess.run(["zsh", "-f", "-c", _ZSH_RUN, "zsh", str(script), str(cword + 1),
+                           *words], env=env, capture_output=True, text=True, timeout=60,
+                          check=True)
+    assert done.stderr == ""
     return [line for line in done.stdout.splitlines() if line]
 
 
@@ -92,3 +120,33 @@ async def test_zsh_script_registers_the_function(cli):
     assert "compdef _cheeto_complete cheeto" in r.stdout and "__complete" in r.stdout
     r = await cli("completion", "fish")
     assert r.code == 2 and "invalid choice: 'fish'" in r.stderr
+
+
+async def test_zsh_completes_words_options_and_names(cli, cli_config, db, tmp_path):
+    if shutil.which("zsh") is None:  # pragma: no cover - zsh is a system dependency
+        pytest.fail("zsh is needed for the completion tests (scripts/install-system-deps.sh)")
+    r = await cli("completion", "zsh")
+    assert r.code == 0
+    script = tmp_path / "cheeto.zsh"
+    script.write_text(r.stdout)
+    for name, uid in (("alice", 2001), ("alfred", 2002), ("bob", 2003)):
+        r = await cli("ng", "user", "new", "generic", "-u", name, "--email",
+                      f"{name}@example.org", "--fullname", f"{name.title()} X", "--uid", str(uid))
+        assert r.code == 0, r.stderr
+
+    def run(*words: str) -> list[str]:
+        found = zsh_complete(script, ["cheeto", *words], len(words), config=cli_config,
+                             cache=tmp_path / "cache")
+        assert found[0] == "<registered:_cheeto_complete>"
+        return found[1:]
+
+    assert run("ng", "us") == ["usage", "user"]
+    assert run("ng", "user", "sh") == ["shell", "show"]
+    assert run("ng", "user", "show", "--u") == ["--uid", "--user"]
+    assert run("ng", "user", "show", "-u", "al") == ["alfred", "alice"]
+    assert run("ng", "user", "show", "--user", "") == ["alfred", "alice", "bob"]
+    # zsh keeps --opt=value in one word, so the candidates keep the option too
+    assert run("ng", "user", "show", "--user=b") == ["--user=bob"]
+    assert run("ng", "--log-level=W") == ["--log-level=WARNING"]
+    # nothing from cheeto (a file argument): the script falls back to zsh's file completion
+    assert run("ng", "--config", "") == ["<files>"]
