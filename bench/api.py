@@ -8,6 +8,12 @@ fixed time with an async httpx client at a given concurrency, then (when install
 
     .venv/bin/python bench/api.py [--users 10000] [--groups 2000] [--duration 20]
                                   [--concurrency 1 4] [--cache 0 30] [--no-wrk]
+                                  [--routes puppet|auth|all]
+
+``--routes auth`` drives the authenticated ``/api/v1`` reads instead (a signed token
+checked against the revocation collection, roles loaded per request; or a managed API
+key), next to the static baseline on the same uvicorn (``/healthz``: no credential, one
+store ping), to show what authentication costs per request.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import shutil
 import signal
@@ -28,7 +35,9 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# CHEETO_BENCH_TREE: measure another checkout (a baseline); the API process gets it too
+sys.path.insert(0, os.environ.get("CHEETO_BENCH_TREE")
+                or str(Path(__file__).resolve().parent.parent))
 
 from _common import free_port
 
@@ -40,19 +49,52 @@ from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
 from cheeto_like.embedded import EmbeddedServer
 from cheeto_like.store import connect
 
-KEY = "bench-api-key-0123456789abcdef"
+KEY = "bench-api-key-0123456789abcdef-0123456789"
+TREE = os.environ.get("CHEETO_BENCH_TREE") or str(Path(__file__).resolve().parent.parent)
 CHEETO = str(Path(sys.executable).parent / "cheeto")
 
 
 def endpoints(base: str) -> dict[str, tuple[str, dict[str, str]]]:
     auth = {"X-API-Key": KEY}
     return {
+        # a static file on the same uvicorn: the ceiling a cached body is compared with
+        "static (baseline)": (f"{base}/static/swagger-ui/favicon-32x32.png", {}),
         "healthz": (f"{base}/healthz", {}),
         "root-keys (text)": (f"{base}/puppet/root-keys/{SITE}", auth),
         "root-keys (json)": (f"{base}/puppet/root-keys/{SITE}",
                              auth | {"Accept": "application/json"}),
         "storage": (f"{base}/puppet/storage/{SITE}", auth),
     }
+
+
+def auth_endpoints(base: str, token: str, key: str,
+                   user: str) -> dict[str, tuple[str, dict[str, str]]]:
+    """The authenticated /api/v1 reads, with ``healthz`` as the static baseline."""
+    bearer = {"Authorization": f"Bearer {token}"}
+    v1 = f"{base}/api/v1"
+    return {
+        "healthz (static baseline)": (f"{base}/healthz", {}),
+        "v1 me (token)": (f"{v1}/me", bearer),
+        "v1 sites (token)": (f"{v1}/sites", bearer),
+        "v1 user (token)": (f"{v1}/users/{user}", bearer),
+        "v1 quota of a user (token)": (f"{v1}/quotas/{SITE}?user={user}", bearer),
+        "v1 sites (api key)": (f"{v1}/sites", {"X-API-Key": key}),
+    }
+
+
+async def credentials(store: Any, tmp: Path) -> tuple[str, str, str]:
+    """An admin's token (signed with the API's key file) and an ``api:read`` key."""
+    from cheeto_like.auth.tokens import TokenIssuer
+    from cheeto_like.config import ApiConfig
+    from cheeto_like.operations.auth import CreateApiKey, GrantRole
+
+    user = "e00000"
+    await GrantRole.run(store, "bench", user=user, role="admin")
+    made = await CreateApiKey.run(store, "bench", name="bench", scopes=["api:read"])
+    token, _ = TokenIssuer.from_config(ApiConfig(jwt_key_file=tmp / "jwt.key")).issue(
+        user, 24 * 3600)
+    return token, made.secret, user
+
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -133,11 +175,13 @@ def start_api(tmp: Path, embedded: EmbeddedStoreConfig, port: int,
     config.write_text(
         f"mongo:\n  default:\n    database: bench_api\n    embedded:\n"
         f"      path: {embedded.path}\n      port: {embedded.port}\n"
-        f"api:\n  default:\n    api_key: {KEY}\n    cache_seconds: {cache_seconds}\n")
+        f"api:\n  default:\n    api_key: {KEY}\n    cache_seconds: {cache_seconds}\n"
+        f"    jwt_key_file: {tmp / 'jwt.key'}\n")
     log = (tmp / "api.log").open("wb")
     proc = subprocess.Popen([CHEETO, "daemon", "api", "--config", str(config), "--port",
                              str(port)], stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+                            stdin=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": TREE})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -174,6 +218,8 @@ async def main() -> None:
                         help="api.cache_seconds settings to measure (0: every request "
                              "queries the store)")
     parser.add_argument("--no-wrk", action="store_true", help="skip wrk even if installed")
+    parser.add_argument("--routes", choices=("puppet", "auth", "all"), default="puppet",
+                        help="the puppet exports, the authenticated /api/v1 reads, or both")
     opts = parser.parse_args()
     use_wrk = not opts.no_wrk and shutil.which("wrk") is not None
     with tempfile.TemporaryDirectory(prefix="cheeto-bench-api-") as name:
@@ -190,6 +236,7 @@ async def main() -> None:
             started = time.perf_counter()
             await build(opts.users, opts.groups)
             built = round(time.perf_counter() - started, 1)
+            token, secret, user = await credentials(store, tmp)
             await store.close()
             results: dict[str, Any] = {}
             for cache_seconds in opts.cache:
@@ -198,7 +245,12 @@ async def main() -> None:
                 api = start_api(tmp, embedded, port, cache_seconds)
                 base = f"http://127.0.0.1:{port}"
                 results[label] = {}
-                for name, (url, headers) in endpoints(base).items():
+                routes: dict[str, tuple[str, dict[str, str]]] = {}
+                if opts.routes in ("puppet", "all"):
+                    routes |= endpoints(base)
+                if opts.routes in ("auth", "all"):
+                    routes |= auth_endpoints(base, token, secret, user)
+                for name, (url, headers) in routes.items():
                     runs: dict[str, Any] = {"httpx": []}
                     for concurrency in opts.concurrency:
                         print(f"{label} {name}: httpx, {concurrency} client(s)",

@@ -6,6 +6,8 @@ wall time and number of database commands. It runs at two sizes to show that the
 count does not grow with the number of users. Prints JSON on stdout.
 
     .venv/bin/python bench/exports.py [--users 10000] [--groups 2000]
+
+``CHEETO_BENCH_TREE=<checkout>`` runs the same measurements against another tree.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -21,7 +24,9 @@ from typing import Any
 
 from pymongo import monitoring
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# CHEETO_BENCH_TREE: measure another checkout (a baseline) with this script, side by side
+sys.path.insert(0, os.environ.get("CHEETO_BENCH_TREE")
+                or str(Path(__file__).resolve().parent.parent))
 
 from _common import bulk_insert, free_port
 

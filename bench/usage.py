@@ -7,7 +7,9 @@
 - reports over a ledger of ``--ledger`` rows (topped up with bulk inserts of records
   built the same way): one account by day, the whole site by user and by GPU type, with
   the number of store commands each one sent (constant in the number of jobs: the
-  aggregation runs in the store).
+  aggregation runs in the store);
+- the quota blocks the Slurm sync's desired state computes for 1,000 users and 100
+  accounts under default quotas (sync/slurm_quota.py), with its store commands.
 Prints one JSON object on stdout; progress on stderr.
 
     .venv/bin/python bench/usage.py [--rows 100000] [--ledger 1000000]
@@ -34,11 +36,12 @@ from pymongo import monitoring
 from cheeto_like.adapters.sacct import parse_output
 from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
 from cheeto_like.embedded import EmbeddedServer
-from cheeto_like.models import Site, UsageRecord
+from cheeto_like.models import QuotaDefaults, Site, UsageRecord
 from cheeto_like.models.usage import FactorTable
 from cheeto_like.operations.usage import build_record, ingest
 from cheeto_like.queries.usage import Rate, usage_report
 from cheeto_like.store import connect
+from cheeto_like.sync.slurm_quota import quota_blocks
 
 SITE = "benchfarm"
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -155,6 +158,7 @@ async def run(rows: int, ledger: int) -> dict[str, Any]:
                 reports[label] = {"seconds": round(time.monotonic() - t0, 3),
                                   "rows": len(report.rows), "jobs": report.total.jobs,
                                   "store_commands": counter.reset()}
+            blocks = await quota_blocks_case(counter)
             await store.close()
         finally:
             server.stop()
@@ -170,7 +174,30 @@ async def run(rows: int, ledger: int) -> dict[str, Any]:
                       "store_commands": again_cmds},
         "ledger": {"rows": size, "fill_s": round(fill_s, 1)},
         "reports": reports,
+        "quota_blocks": blocks,
     }
+
+
+async def quota_blocks_case(counter: Counter) -> dict[str, Any]:
+    """What the Slurm sync's desired state adds when quotas are in force: the blocks of
+    1,000 users and 100 accounts under the site's default quotas (period none: every
+    job in the ledger counts), and under monthly ones (one month of jobs)."""
+    users = [f"u{i:04d}" for i in range(1000)]
+    accounts = [f"lab{i:03d}" for i in range(100)]
+    out: dict[str, Any] = {}
+    for period in ("none", "monthly"):
+        await QuotaDefaults.find({"site": SITE}).delete()
+        await QuotaDefaults(site=SITE, period=period, user_cpu_minutes=1e6,
+                            account_cpu_minutes=1e7).insert()
+        progress(f"quota blocks, period {period}")
+        counter.reset()
+        t0 = time.monotonic()
+        blocks = await quota_blocks(SITE, START + timedelta(days=40), users=users,
+                                    accounts=accounts)
+        out[f"defaults, period {period}"] = {
+            "seconds": round(time.monotonic() - t0, 3), "users_blocked": len(blocks.users),
+            "accounts_blocked": len(blocks.accounts), "store_commands": counter.reset()}
+    return out
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -37,6 +38,10 @@ UserPath = Annotated[Path, AfterValidator(lambda p: p.expanduser())]
 
 def xdg_config_home() -> Path:
     return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+
+
+def xdg_state_home() -> Path:
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
 
 
 def xdg_data_home() -> Path:
@@ -322,6 +327,21 @@ class AlertsConfig(Block):
     lookback_hours: int = Field(default=24, ge=1)  # how far the first digest looks back
 
 
+class AuditConfig(Block):
+    """The weekly access audit's digest: e-mailed to ``to`` (through the ``mail``
+    transport) and, when ``webhook_url`` is set, posted to a Slack-compatible chat
+    incoming webhook (``{"text": ...}``). The webhook URL is a credential: it comes from
+    here (a file only admins read) or ``$CHEETO_AUDIT_WEBHOOK_URL``, never the command
+    line. API keys older than ``api.key_rotation_days`` or unused for
+    ``key_unused_days`` are findings."""
+
+    to: list[Annotated[str, AfterValidator(_address)]] = Field(default_factory=list)
+    subject_prefix: str = "[cheeto audit]"
+    webhook_url: SecretStr | None = None
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0, le=120)
+    key_unused_days: int = Field(default=90, ge=1, le=3650)
+
+
 class BrokerSSLConfig(Block):
     """TLS to the broker (``amqps://``): the CA to verify it, and an optional client cert."""
 
@@ -451,6 +471,32 @@ class AlertDigestTask(TaskBlock):
     """``cheeto.alert_digest`` (block ``alerts``; the ``alerts`` section says to whom)."""
 
 
+class ClusterMonitorTask(SiteTaskBlock):
+    """``cheeto.cluster_monitor``: stalled jobs and nodes down too long, on the site's head
+    node (queue ``slurm.<site>``); each new finding reaches the operator digest once."""
+
+    pending_over_hours: float = Field(default=24.0, ge=0)
+    down_over_hours: float = Field(default=1.0, ge=0)
+    sinfo: str = Field(default="sinfo", min_length=1)  # name on PATH, or a path
+    squeue: str = Field(default="squeue", min_length=1)
+    timeout_seconds: float = Field(default=30.0, gt=0)
+
+
+class AuditTask(TaskBlock):
+    """``cheeto.audit`` (block ``audit``): the weekly access audit, its digest mailed to
+    ``audit.to`` and posted to ``audit.webhook_url`` (the ``audit`` section)."""
+
+    sites: list[str] | None = None  # default: every site
+    slurm: bool = True  # compare slurmdbd (needs sacctmgr where the hub runs)
+    sacctmgr: str = Field(default="sacctmgr", min_length=1)
+    ldap: bool = True  # compare LDAP (when the ldap section exists)
+
+
+class RequestEscalateTask(TaskBlock):
+    """``cheeto.request_escalate`` (block ``requests``): mark requests past their SLA as
+    escalated, once each, so the next operator-alert digest lists them."""
+
+
 class DaemonTasks(Block):
     """One block per task; absent means disabled."""
 
@@ -463,6 +509,9 @@ class DaemonTasks(Block):
     iam_sync: IAMSyncTask | None = None
     reap: ReapTask | None = None
     alerts: AlertDigestTask | None = None  # the alert_digest task
+    requests: RequestEscalateTask | None = None  # the request_escalate task
+    cluster_monitor: ClusterMonitorTask | None = None
+    audit: AuditTask | None = None  # the audit task
 
 
 class DaemonConfig(Block):
@@ -538,8 +587,8 @@ class ApiConfig(Block):
     ``cheeto daemon api`` refuses to start unless given ``--insecure``. ``prefix`` is where
     the routes (and ``/healthz``, ``/openapi.json``, ``/docs``) are mounted; ``root_path``
     is the path a reverse proxy strips before forwarding. ``tls_cert`` and ``tls_key``
-    (both or neither) serve HTTPS. An export is computed at most once per
-    ``cache_seconds`` per site and is at most twice that old (0: never cached).
+    (both or neither) serve HTTPS. An export is rebuilt when its site's data changes
+    or after ``cache_seconds`` (0: never cached), serving the previous body meanwhile.
     """
 
     host: str = "127.0.0.1"
@@ -549,10 +598,28 @@ class ApiConfig(Block):
     prefix: Annotated[str, AfterValidator(_url_path)] = ""
     tls_cert: UserPath | None = None
     tls_key: UserPath | None = None
-    # an export is recomputed at most every cache_seconds per (route, site) and is never
-    # older than twice that (served stale while one refresh runs); concurrent identical
-    # requests share one computation. 0 disables (every request queries the store).
+    # an export body is rebuilt when its site's data generation moves (an operation
+    # touched the site) or after cache_seconds, in the background while the previous body
+    # is served; concurrent first requests share one build. 0 disables (every request
+    # queries the store). Generations are read at most every generation_poll_seconds.
     cache_seconds: float = Field(default=30.0, ge=0, le=3600)
+    generation_poll_seconds: float = Field(default=1.0, ge=0, le=60)
+    # sign-in and machine keys (auth/): the HS256 signing key file is created 0600 on
+    # first use (default <XDG state>/cheeto/jwt.key); login_groups, when set, admits only
+    # their members; failed logins per user and per address are limited in memory.
+    jwt_key_file: UserPath | None = None
+    # the puppet routes take only managed keys (`ng apikey`, scope puppet:read) or an
+    # operator's token; api_key is then not needed (and still accepted, deprecated, if set)
+    managed_keys_only: bool = False
+    token_issuer: str = Field(default="cheeto", min_length=1)
+    token_audience: str = Field(default="cheeto-api", min_length=1)
+    token_ttl_hours: float = Field(default=8.0, gt=0, le=24 * 90)
+    login_groups: list[str] = Field(default_factory=list)
+    login_max_failures: int = Field(default=5, ge=1, le=1000)
+    login_window_seconds: float = Field(default=300.0, gt=0, le=86400)
+    key_rotation_days: int = Field(default=90, ge=1, le=3650)
+    key_overlap_hours: float = Field(default=24.0, ge=0, le=24 * 30)
+    key_use_flush_seconds: float = Field(default=30.0, gt=0, le=3600)
 
     @field_validator("api_key")
     @classmethod
@@ -610,6 +677,59 @@ class UsageConfig(Block):
         return sorted(set(value))
 
 
+class RequestKindConfig(Block):
+    """One request kind: its SLA target (``2d`` business days, ``4h`` business hours) and
+    whether an operator approves after the group's sponsor."""
+
+    sla: str = "2d"
+    operator: bool = False
+
+    @field_validator("sla")
+    @classmethod
+    def _sla(cls, value: str) -> str:
+        from .sla import parse_target
+
+        parse_target(value)
+        return value
+
+
+def _default_request_kinds() -> dict[str, RequestKindConfig]:
+    return {"account": RequestKindConfig(), "join": RequestKindConfig(),
+            "access": RequestKindConfig(operator=True),
+            "quota": RequestKindConfig(operator=True),
+            "storage": RequestKindConfig(sla="3d", operator=True)}
+
+
+class RequestsConfig(Block):
+    """The request queue (``ng request …``): the business calendar SLAs are counted in
+    (``timezone``, ``workdays``, ``holidays``) and each kind's target and approvals
+    (kinds left out keep their defaults)."""
+
+    timezone: str = "UTC"
+    workdays: list[str] = Field(default_factory=lambda: ["mon", "tue", "wed", "thu", "fri"])
+    holidays: list[date] = Field(default_factory=list)
+    kinds: dict[Literal["account", "join", "access", "quota", "storage"],
+                RequestKindConfig] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _calendar(self) -> RequestsConfig:
+        from .sla import Calendar
+
+        Calendar.of(self.timezone, self.workdays, self.holidays)
+        merged = _default_request_kinds() | dict(self.kinds)
+        object.__setattr__(self, "kinds", merged)
+        return self
+
+
+class ClientConfig(Block):
+    """Where ``cheeto login``/``me``/``usage``/``quota`` send their requests
+    (``$CHEETO_API_URL`` wins); ``ca_file`` verifies a private CA's certificate."""
+
+    url: str = Field(min_length=1)
+    ca_file: UserPath | None = None
+    timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+
+
 class Config(Block):
     """The resolved configuration for one profile."""
 
@@ -623,8 +743,11 @@ class Config(Block):
     ucdiam: IAMConfig | None = None
     mail: MailConfig | None = None
     alerts: AlertsConfig | None = None
+    audit: AuditConfig | None = None
     slurm: SlurmConfig = Field(default_factory=SlurmConfig)
     usage: UsageConfig = Field(default_factory=UsageConfig)
+    client: ClientConfig | None = None
+    requests: RequestsConfig = Field(default_factory=RequestsConfig)
 
 
 class _ConfigFile(BaseModel):
@@ -640,8 +763,11 @@ class _ConfigFile(BaseModel):
     ucdiam: IAMConfig | None = None
     mail: MailConfig | None = None
     alerts: AlertsConfig | None = None
+    audit: AuditConfig | None = None
     slurm: SlurmConfig = Field(default_factory=SlurmConfig)
     usage: UsageConfig = Field(default_factory=UsageConfig)
+    client: ClientConfig | None = None
+    requests: RequestsConfig = Field(default_factory=RequestsConfig)
 
 
 def resolve_config_path(explicit: str | os.PathLike[str] | None) -> tuple[Path, bool]:
@@ -682,8 +808,10 @@ def load_config(path: str | os.PathLike[str] | None = None, profile: str | None 
         if block is not None:
             picked[section] = block
     return Config(path=file_path, profile=chosen, hippo=parsed.hippo, ucdiam=parsed.ucdiam,
-                  mail=parsed.mail, alerts=parsed.alerts, slurm=parsed.slurm,
-                  usage=parsed.usage, **picked)
+                  mail=parsed.mail, alerts=parsed.alerts, audit=parsed.audit,
+                  slurm=parsed.slurm,
+                  usage=parsed.usage, client=parsed.client,
+                  requests=parsed.requests, **picked)
 
 
 def _check_profile(parsed: _ConfigFile, chosen: str, file_path: Path) -> None:
@@ -836,6 +964,14 @@ mongo:
 #       #   sacct: sacct
 #       #   timeout_seconds: 300
 #       #   notify: true              # then the quota notices (needs the mail section)
+#       # cluster_monitor:           # stalled jobs, nodes down; on queue slurm.<site>
+#       #   schedule: 1800
+#       #   pending_over_hours: 24
+#       #   down_over_hours: 1
+#       # audit:                     # weekly access audit (needs the audit section)
+#       #   schedule: "0 6 * * 1"
+#       # requests:                  # request_escalate: breaches -> the alerts digest, once
+#       #   schedule: 3600
 #       ldap_sync:
 #         schedule: "*/15 * * * *"
 #         # full: false
@@ -864,7 +1000,20 @@ mongo:
 #     # root_path: /api          # the path a reverse proxy strips before forwarding
 #     # tls_cert: /etc/cheeto/tls/api.crt   # both or neither: serve HTTPS
 #     # tls_key: /etc/cheeto/tls/api.key
-#     # cache_seconds: 30        # exports recomputed at most every 30 s, at most 60 s old
+#     # cache_seconds: 30        # exports rebuilt on a change, else at most every 30 s
+#     # sign-in and API keys (/api/v1; README "Sign-in, roles and the API"):
+#     # managed_keys_only: true  # puppet uses `ng apikey` keys; api_key no longer needed
+#     # jwt_key_file: /var/lib/cheeto/jwt.key   # default $XDG_STATE_HOME/cheeto/jwt.key
+#     # token_ttl_hours: 8
+#     # login_groups: [hpc-staff]  # only members may sign in (default: every user)
+#     # login_max_failures: 5      # per user and per address, in login_window_seconds
+#     # login_window_seconds: 300
+#     # key_rotation_days: 90      # `ng apikey audit` flags older secrets
+#     # key_overlap_hours: 24      # a rotated key's old secret keeps working this long
+
+# client:                        # where `cheeto login/me/usage/quota` go ($CHEETO_API_URL wins)
+#   url: https://cheeto.example.org:8000
+#   # ca_file: /etc/cheeto/tls/ca.pem
 
 # hippo:                         # the HiPPO account-request portal
 #   base_url: https://hippo.example.org
@@ -909,4 +1058,14 @@ mongo:
 #   # subject_prefix: "[cheeto]"
 #   # stuck_after_minutes: 120
 #   # lookback_hours: 24          # how far the first digest looks back
+
+# requests:                       # the request queue's SLA calendar (ng request ...)
+#   timezone: America/Los_Angeles
+#   # workdays: [mon, tue, wed, thu, fri]
+#   # holidays: [2026-12-25]
+#   # kinds: {quota: {sla: 2d, operator: true}}   # account, join, access, quota, storage
+# audit:                          # weekly access audit digest (ng audit run, audit task)
+#   to: [hpc-security@example.org]
+#   # webhook_url: https://chat.example.org/hooks/...   # or $CHEETO_AUDIT_WEBHOOK_URL
+#   # key_unused_days: 90
 """

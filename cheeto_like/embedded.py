@@ -13,6 +13,7 @@ that the server reached serves the data directory the config names.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -134,16 +135,19 @@ class EmbeddedServer:
             return None
 
     def client_options(self) -> dict[str, Any]:
-        """pymongo keyword arguments that authenticate to this server (TCP only): SASL
-        PLAIN with the token as password, which pymongo repeats on every pooled
-        connection. Passed as options, never in the URI."""
+        """pymongo keyword arguments that authenticate to this server (TCP only):
+        SCRAM-SHA-256 with the token as password, which pymongo repeats on every pooled
+        connection. Not PLAIN: pymongo authenticates as it connects, before ``connect``
+        can ask who answered, and PLAIN would hand the token in clear to whatever
+        listens on the port (another user's process squatting it while the store is
+        down). Passed as options, never in the URI."""
         if self.transport != "tcp":
             return {}
         token = self.token_value()
         if token is None:
             return {}
-        return {"username": TOKEN_USER, "password": token, "authMechanism": "PLAIN",
-                "authSource": "$external"}
+        return {"username": TOKEN_USER, "password": token,
+                "authMechanism": "SCRAM-SHA-256", "authSource": "admin"}
 
     @property
     def lock_path(self) -> Path:
@@ -152,6 +156,12 @@ class EmbeddedServer:
     @property
     def pid_path(self) -> Path:
         return self.data_dir / "server.pid"
+
+    @property
+    def own_pid_path(self) -> Path:
+        """Written by the server itself once it holds the data directory's lock (so a
+        start that lost a race never names itself), removed as it exits."""
+        return self.data_dir / "nx.pid"
 
     @property
     def log_path(self) -> Path:
@@ -169,9 +179,17 @@ class EmbeddedServer:
         return port_answers(self.host, self.port)
 
     def pid(self) -> int | None:
-        """The pid recorded by the server we started, if that process still runs."""
+        """The pid of the server serving this data directory, if that process still runs:
+        the server's own record first, then the one its starter wrote."""
+        for path in (self.own_pid_path, self.pid_path):
+            if (pid := self._live_pid(path)) is not None:
+                return pid
+        return None
+
+    @staticmethod
+    def _live_pid(path: Path) -> int | None:
         try:
-            pid = int(self.pid_path.read_text().strip())
+            pid = int(path.read_text().strip())
         except (OSError, ValueError):
             return None
         try:
@@ -192,7 +210,7 @@ class EmbeddedServer:
                "--data-dir", str(self.data_dir), "--listen", self.transport,
                "--host", self.host, "-p", str(self.port),
                "--lock-timeout", str(self.config.lock_timeout_seconds),
-               "--log-file", str(self.log_path), "--pid-file", str(self.data_dir / "nx.pid")]
+               "--log-file", str(self.log_path), "--pid-file", str(self.own_pid_path)]
         if self.config.token_file:
             cmd += ["--token-file", str(self.config.token_file)]
         return cmd
@@ -219,11 +237,13 @@ class EmbeddedServer:
             proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=log, start_new_session=True, close_fds=True,
                                     env=self.server_env())
-        write_private(self.pid_path, f"{proc.pid}\n")
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.is_up():
-                return proc.pid
+                if proc.poll() is None:
+                    write_private(self.pid_path, f"{proc.pid}\n")
+                    return proc.pid
+                return self.pid() or proc.pid  # another client's start won the race
             if proc.poll() is not None:
                 if self.is_up():  # another client's start won the race
                     return self.pid() or proc.pid
@@ -248,12 +268,21 @@ class EmbeddedServer:
             return False
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.pid() is not None:
+        while time.monotonic() < deadline and self._alive(pid):
             time.sleep(0.05)
-        if self.pid() is not None:
-            os.kill(pid, signal.SIGKILL)
+        if self._alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         self.pid_path.unlink(missing_ok=True)
         return True
+
+    @staticmethod
+    def _alive(pid: int) -> bool:
+        """Whether ``pid`` still runs (a zombie child of ours counts as gone)."""
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+        except (OSError, IndexError):
+            return False
 
     def log_tail(self, lines: int = 5) -> str:
         try:

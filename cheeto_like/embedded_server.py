@@ -10,11 +10,14 @@ Here the server owns transactions:
   command that touches the data (reads too: they would see uncommitted rows on the shared
   connection) waits for it server-side, and fails after ``--lock-timeout`` seconds with
   ``LockTimeout`` instead of hanging.
-- The lsids seen on a connection are remembered; when the connection closes, an open
-  transaction of any of them is rolled back and the gate released.
-- Over TCP a connection must authenticate (SASL PLAIN, the token as password) before
-  any command but the handshake. ``cheetoIdentity`` answers the data directory's real
-  path and instance id, so clients can refuse a server that is not theirs.
+- The connections that carried a command of the open transaction are remembered; when
+  one of them closes, the transaction is rolled back and the gate released. (Only those:
+  pymongo reuses lsids across its pooled connections, so a connection that saw the
+  session before its transaction began says nothing about it.)
+- Over TCP a connection must authenticate (SCRAM-SHA-256, the token as password; PLAIN
+  is still accepted) before any command but the handshake. ``cheetoIdentity`` answers
+  the data directory's real path and instance id, so clients can refuse a server that
+  is not theirs.
 
 The process sets umask 077 and makes its data directory 0700 and the files in it 0600.
 """
@@ -23,11 +26,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import fcntl
+import hashlib
 import hmac
 import logging
 import os
+import secrets
 import signal
 import struct
 import sys
@@ -35,6 +41,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +66,28 @@ PREAUTH = HANDSHAKE | {"saslStart", "saslContinue", IDENTITY_COMMAND}
 UNGATED = HANDSHAKE | {"ping", "buildInfo", "buildinfo", "whatsmyuri", "getMore",
                        "killCursors", "serverStatus", "getLastError", "getParameter"}
 COMMITTED_MEMORY = 1024
+# Every key nx-27017's handler dispatches on (it tests membership, in its own order, and
+# runs ``handle_insert`` for any body holding ``insert``). A body must carry exactly one,
+# so the command we check (authentication, the gate, the file watch) is the one it runs.
+DISPATCH_KEYS = frozenset({
+    "abortTransaction", "aggregate", "buildInfo", "buildinfo", "bulkWrite", "collStats",
+    "collstats", "commitTransaction", "compact", "compactcollection", "count", "create",
+    "createIndex", "createIndexes", "createSearchIndexes", "createsearchindexes", "dbStats",
+    "dbstats", "delete", "distinct", "drop", "dropDatabase", "dropIndex", "dropIndexes",
+    "dropSearchIndex", "dropdatabase", "dropsearchindex", "endSessions", "explain", "find",
+    "findAndModify", "findandmodify", "getMore", "hello", "Hello", "insert", "isMaster",
+    "ismaster", "killCursors", "listCollections", "listDatabases", "listIndexes",
+    "listSearchIndexes", "listcollections", "listdatabases", "listindexes",
+    "listsearchindexes", "openDownloadStream", "reIndex", "reindex", "renameCollection",
+    "renamecollection", "serverStatus", "startSession", "update", "updateSearchIndex",
+    "updatesearchindex", "upload", "vacuum", "validate",
+})
+# Second dispatch keys a real command carries (findAndModify's ``update`` document; an
+# aggregate's ``explain: true``): the handler tests the first of each pair first.
+COMPANION_KEYS = {"findAndModify": {"update"}, "findandmodify": {"update"},
+                  "aggregate": {"explain"}}
+# Commands that may come with document sequences (OP_MSG kind 1).
+SEQUENCE_COMMANDS = frozenset({"insert", "update", "delete", "bulkWrite"})
 
 
 def _error(message: str, code: int, code_name: str, *labels: str) -> dict[str, Any]:
@@ -66,6 +95,26 @@ def _error(message: str, code: int, code_name: str, *labels: str) -> dict[str, A
     if labels:
         doc["errorLabels"] = list(labels)
     return doc
+
+
+def _malformed(msg: dict[str, Any]) -> str | None:
+    """Why an OP_MSG is refused before anything reads it as a command (None: fine).
+
+    nx-27017 runs the *last* body section, treats any body holding ``insert`` (or any
+    document sequence) as an insert, and picks a command by testing keys in its own
+    order; the server checks the first key of the body. Those must be one and the same
+    command, or a handshake could carry a write past authentication and the gate."""
+    bodies = [doc for kind, doc in msg["sections"] if kind == "body"]
+    if len(bodies) != 1 or not isinstance(bodies[0], dict) or not bodies[0]:
+        return "an OP_MSG must carry exactly one command document"
+    cmd = bodies[0]
+    name = next(iter(cmd))
+    extra = {k for k in cmd if k in DISPATCH_KEYS} - {name} - COMPANION_KEYS.get(name, set())
+    if extra:
+        return f"command {name} carries another command ({sorted(extra)[0]})"
+    if len(msg["sections"]) > 1 and name not in SEQUENCE_COMMANDS:
+        return f"command {name} takes no document sequence"
+    return None
 
 
 def _lsid(cmd: dict[str, Any]) -> str | None:
@@ -95,6 +144,7 @@ class TransactionGate:
         self.txn_number: Any = None
         self.busy = 0  # owner commands running now
         self.last_active = 0.0
+        self.owner_conns: set[str] = set()  # connections that carried the transaction
         self.committed: OrderedDict[str, Any] = OrderedDict()
 
     async def acquire(self) -> bool:
@@ -128,14 +178,16 @@ class TransactionGate:
             self.busy -= 1
             self.last_active = asyncio.get_running_loop().time()
 
-    def take(self, lsid: str, txn_number: Any) -> None:
+    def take(self, lsid: str, txn_number: Any, conn_id: str) -> None:
         self.owner = lsid
         self.txn_number = txn_number
+        self.owner_conns = {conn_id}
         self.last_active = asyncio.get_running_loop().time()
 
     def release(self) -> None:
         self.owner = None
         self.txn_number = None
+        self.owner_conns = set()
         self._lock.release()
 
     def remember_commit(self, lsid: str, txn_number: Any) -> None:
@@ -175,19 +227,77 @@ class TransactionGate:
             return
         self.owner = None
         self.txn_number = None
+        self.owner_conns = set()
         count = await asyncio.to_thread(self.abort_open, lsid)
         logger.warning("rolled back the open transaction of session %s (%s; %d database(s))",
                        lsid, why, count)
         self._lock.release()
 
 
+@dataclass
+class ScramConversation:
+    client_first_bare: bytes
+    server_first: bytes
+    nonce: bytes
+
+
+class Scram:
+    """The server side of SCRAM-SHA-256 (RFC 5802/7677) for the one user ``cheeto`` whose
+    password is the token. The salted password is derived once per server process."""
+
+    ITERATIONS = 4096  # pymongo refuses fewer
+
+    def __init__(self, token: str) -> None:
+        from pymongo.saslprep import saslprep
+
+        self.salt = secrets.token_bytes(16)
+        salted = hashlib.pbkdf2_hmac("sha256", saslprep(token).encode(), self.salt,
+                                     self.ITERATIONS)
+        client_key = hmac.digest(salted, b"Client Key", "sha256")
+        self.stored_key = hashlib.sha256(client_key).digest()
+        self.server_key = hmac.digest(salted, b"Server Key", "sha256")
+
+    def start(self, payload: bytes) -> ScramConversation | None:
+        """``n,,n=cheeto,r=<client nonce>``: answer with our nonce, salt and iterations."""
+        if not payload.startswith(b"n,,"):
+            return None  # channel binding or an authzid: not offered
+        bare = payload[3:]
+        fields = dict(item.split(b"=", 1) for item in bare.split(b",") if b"=" in item)
+        if fields.get(b"n") != TOKEN_USER.encode() or not fields.get(b"r"):
+            return None
+        nonce = fields[b"r"] + base64.b64encode(secrets.token_bytes(18))
+        server_first = (b"r=" + nonce + b",s=" + base64.b64encode(self.salt)
+                        + b",i=" + str(self.ITERATIONS).encode())
+        return ScramConversation(bare, server_first, nonce)
+
+    def finish(self, conversation: ScramConversation, payload: bytes) -> bytes | None:
+        """``c=biws,r=<nonce>,p=<proof>``: the server signature, or None if the proof is
+        wrong."""
+        without_proof, sep, proof_field = payload.rpartition(b",p=")
+        if not sep or without_proof != b"c=biws,r=" + conversation.nonce:
+            return None
+        try:
+            proof = base64.b64decode(proof_field, validate=True)
+        except ValueError:
+            return None
+        auth_message = b",".join((conversation.client_first_bare, conversation.server_first,
+                                  without_proof))
+        client_signature = hmac.digest(self.stored_key, auth_message, "sha256")
+        if len(proof) != len(client_signature):
+            return None
+        client_key = bytes(a ^ b for a, b in zip(proof, client_signature, strict=True))
+        if not hmac.compare_digest(hashlib.sha256(client_key).digest(), self.stored_key):
+            return None
+        return base64.b64encode(hmac.digest(self.server_key, auth_message, "sha256"))
+
+
 class Connection:
-    """One client connection: its authentication state and the lsids it carried."""
+    """One client connection and its authentication state."""
 
     def __init__(self, authenticated: bool) -> None:
         self.id = str(uuid.uuid4())
         self.authenticated = authenticated
-        self.lsids: set[str] = set()
+        self.scram: ScramConversation | None = None
 
 
 class StoreServer:
@@ -202,6 +312,7 @@ class StoreServer:
         self.instance_id = instance_id
         self.transport = transport
         self.token = token
+        self.scram = Scram(token) if token is not None else None
 
     # -- one connection ----------------------------------------------------------------
 
@@ -238,10 +349,9 @@ class StoreServer:
                 await writer.wait_closed()
 
     async def connection_closed(self, conn: Connection) -> None:
-        """The client went away: roll back its sessions' open transaction."""
+        """The client went away: roll back the open transaction it carried."""
         self.handler.decrement_connections()
-        owner = self.gate.owner
-        if owner is not None and owner in conn.lsids:
+        if self.gate.owner is not None and conn.id in self.gate.owner_conns:
             await self.gate.abort_owner("its client connection closed")
         with contextlib.suppress(Exception):
             self.handler.close_streams_for_connection(conn.id)
@@ -260,21 +370,29 @@ class StoreServer:
             try:
                 msg = OP_MSG.parse(message)
                 msg["_conn_id"] = conn.id
-                doc = await self.handle_op_msg(conn, msg)
+                if (problem := _malformed(msg)) is not None:
+                    doc = _error(problem, 2, "BadValue")
+                else:
+                    doc = await self.handle_op_msg(conn, msg)
             except Exception as exc:
                 logger.exception("error handling a command")
                 doc = {"ok": 0, "errmsg": str(exc)}
             return ResponseBuilder.build_op_msg_reply(
                 request_id=_get_next_request_id(), response_to=request_id, document=doc)
         if opcode == WireProtocol.OP_QUERY:
-            # legacy OP_QUERY: only the drivers' first handshake uses it
-            msg = OP_QUERY.parse(message)
+            # legacy OP_QUERY: only the drivers' first handshake uses it, on ``admin.$cmd``.
+            # nx-27017 would run a query on any other namespace as a find, so only the
+            # handshake's name reaches it, in a body of its own.
+            try:
+                msg = OP_QUERY.parse(message)
+            except ValueError as exc:
+                return ResponseBuilder.build_reply(_get_next_request_id(), request_id,
+                                                   [_error(str(exc), 2, "BadValue")])
             query = msg.get("query") or {}
             query = query.get("$query", query) if isinstance(query, dict) else {}
-            name = next(iter(query), "")
-            if name in HANDSHAKE:
-                msg["_conn_id"] = conn.id
-                _, docs = await asyncio.to_thread(self.handler.handle_query, msg)
+            name = next(iter(query), "") if isinstance(query, dict) else ""
+            if name in HANDSHAKE and msg.get("collection") == "$cmd":
+                docs = [await self.handshake(conn, name, query[name])]
             else:
                 docs = [_error("OP_QUERY is only served for the handshake", 352,
                                "UnsupportedOpQueryCommand")]
@@ -295,21 +413,26 @@ class StoreServer:
         if name == "saslStart":
             return self.sasl_start(conn, cmd)
         if name == "saslContinue":
-            return _error("no SASL conversation in progress", 17, "ProtocolError")
+            return self.sasl_continue(conn, cmd)
         if name == IDENTITY_COMMAND:
             return {"ok": 1, "dataDir": str(self.data_dir), "instanceId": self.instance_id,
                     "transport": self.transport, "authenticated": conn.authenticated}
+        if name in HANDSHAKE:
+            return await self.handshake(conn, name, cmd[name])
         if (damaged := self.file_watch.problem(cmd)) is not None:
             return _error(damaged, 8000, "StoreFileDamaged")  # see store_files
         lsid = _lsid(cmd)
-        if lsid is not None:
-            conn.lsids.add(lsid)
+        if lsid is not None and lsid == self.gate.owner:
+            self.gate.owner_conns.add(conn.id)
         if name in UNGATED:
+            if lsid is not None and lsid == self.gate.owner:
+                async with self.gate.owner_command():  # paging: the owner is at work
+                    return await self.run(msg)
             return await self.run(msg)
         if name == "endSessions":
             return await self.end_sessions(msg, cmd)
         if cmd.get("startTransaction"):
-            return await self.start_transaction(msg, cmd, lsid)
+            return await self.start_transaction(msg, cmd, lsid, conn.id)
         if cmd.get("autocommit") is False:
             return await self.continue_transaction(msg, cmd, lsid, name)
         if lsid is not None and lsid == self.gate.owner:
@@ -325,12 +448,23 @@ class StoreServer:
     # -- commands ------------------------------------------------------------------------
 
     def sasl_start(self, conn: Connection, cmd: dict[str, Any]) -> dict[str, Any]:
-        """SASL PLAIN (RFC 4616): ``authzid NUL user NUL token``, checked in constant time."""
+        """SCRAM-SHA-256 (what clients send: the token never crosses the wire, and the
+        server proves it holds the token too) or SASL PLAIN (RFC 4616, ``authzid NUL
+        user NUL token``, for older clients), checked in constant time."""
         failed = _error("Authentication failed.", 18, "AuthenticationFailed")
-        if cmd.get("mechanism") != "PLAIN" or self.token is None:
+        conn.scram = None
+        if self.token is None:
             return failed
-        payload = cmd.get("payload", b"")
-        parts = bytes(payload).split(b"\0")
+        payload = bytes(cmd.get("payload", b""))
+        if cmd.get("mechanism") == "SCRAM-SHA-256":
+            conn.scram = self.scram.start(payload)
+            if conn.scram is None:
+                return failed
+            return {"ok": 1, "conversationId": 1, "done": False,
+                    "payload": conn.scram.server_first}
+        if cmd.get("mechanism") != "PLAIN":
+            return failed
+        parts = payload.split(b"\0")
         if len(parts) != 3 or parts[1].decode(errors="replace") != TOKEN_USER:
             return failed
         if not hmac.compare_digest(parts[2], self.token.encode()):
@@ -338,6 +472,24 @@ class StoreServer:
             return failed
         conn.authenticated = True
         return {"ok": 1, "conversationId": 1, "done": True, "payload": b""}
+
+    def sasl_continue(self, conn: Connection, cmd: dict[str, Any]) -> dict[str, Any]:
+        conversation, conn.scram = conn.scram, None
+        if conversation is None:
+            return _error("no SASL conversation in progress", 17, "ProtocolError")
+        signature = self.scram.finish(conversation, bytes(cmd.get("payload", b"")))
+        if signature is None:
+            logger.warning("a TCP client failed to authenticate")
+            return _error("Authentication failed.", 18, "AuthenticationFailed")
+        conn.authenticated = True
+        return {"ok": 1, "conversationId": 1, "done": True, "payload": b"v=" + signature}
+
+    async def handshake(self, conn: Connection, name: str, value: Any) -> dict[str, Any]:
+        """hello/isMaster: only the name reaches nx-27017 (on ``admin``), never the rest of
+        a client's document, so nothing else can ride along before authentication."""
+        msg = {"request_id": 0, "sections": [("body", {name: value, "$db": "admin"})],
+               "_conn_id": conn.id}
+        return await self.run(msg)
 
     def timeout_error(self, name: str) -> dict[str, Any]:
         return _error(f"{name}: waited {self.gate.timeout:g}s for another client's "
@@ -349,8 +501,7 @@ class StoreServer:
 
     def _call(self, msg: dict[str, Any]) -> dict[str, Any]:
         """nx-27017's own dispatch: inserts (and document sequences) vs other commands."""
-        is_insert = any(kind == "payload_docs" or (kind == "body" and isinstance(doc, dict)
-                                                    and "insert" in doc)
+        is_insert = any(kind == "body" and isinstance(doc, dict) and "insert" in doc
                         for kind, doc in msg["sections"])
         try:
             if is_insert:
@@ -361,7 +512,7 @@ class StoreServer:
             return {"ok": 0, "errmsg": str(exc)}
 
     async def start_transaction(self, msg: dict[str, Any], cmd: dict[str, Any],
-                                lsid: str | None) -> dict[str, Any]:
+                                lsid: str | None, conn_id: str) -> dict[str, Any]:
         if lsid is None:
             return _error("startTransaction needs a session", 2, "BadValue")
         gate = self.gate
@@ -369,7 +520,7 @@ class StoreServer:
             await gate.abort_owner("its session started another transaction")
         if not await gate.acquire():
             return self.timeout_error(next(iter(cmd), "command"))
-        gate.take(lsid, cmd.get("txnNumber"))
+        gate.take(lsid, cmd.get("txnNumber"), conn_id)
         db_name = cmd.get("$db", "test")
         async with gate.owner_command():
             reply, began = await asyncio.to_thread(self._begin_and_call, msg, cmd["lsid"],
@@ -399,7 +550,8 @@ class StoreServer:
         if lsid is not None and gate.owner == lsid and gate.txn_number == txn_number:
             if name not in ("commitTransaction", "abortTransaction"):
                 async with gate.owner_command():
-                    return await self.run(msg)
+                    return await asyncio.to_thread(self._call_in_transaction, msg, lsid,
+                                                   str(cmd.get("$db", "test")))
             async with gate.owner_command():
                 reply = await asyncio.to_thread(self._finish, msg, lsid)
             if name == "commitTransaction" and reply.get("ok"):
@@ -410,14 +562,53 @@ class StoreServer:
         if (name == "commitTransaction" and lsid is not None
                 and gate.committed.get(lsid) == txn_number):
             return {"ok": 1}
-        return _error(f"{name}: transaction {txn_number} of this session is not open (it "
-                      "was rolled back or never began)", 251, "NoSuchTransaction",
+        return self.no_such_transaction(name)
+
+    @staticmethod
+    def no_such_transaction(name: str) -> dict[str, Any]:
+        return _error(f"{name}: this session's transaction is not open (it was rolled "
+                      "back or never began)", 251, "NoSuchTransaction",
                       "TransientTransactionError")
 
+    def _call_in_transaction(self, msg: dict[str, Any], lsid: str,
+                             db_name: str) -> dict[str, Any]:
+        """Run a command of an open transaction, checked under the database's lock.
+
+        The gate's owner check runs before the command waits for the database; a
+        rollback can win that wait (the connection of another of the session's pooled
+        connections closed, the server stopping). nx-27017 would then run the command in
+        autocommit mode: half a transaction, durable. So the transaction must still be
+        open once the lock is ours."""
+        with self.handler._lock_for(db_name):
+            if not self._open_in(lsid, db_name):
+                return self.no_such_transaction(next(iter(self._body(msg)), "command"))
+            return self._call(msg)
+
+    def _open_in(self, lsid: str, db_name: str) -> bool:
+        handler = self.handler
+        with handler._sessions_lock:
+            sess = handler._sessions.get((lsid, handler._session_scope(db_name)))
+            return sess is not None and bool(sess.in_transaction)
+
+    @staticmethod
+    def _body(msg: dict[str, Any]) -> dict[str, Any]:
+        return next((doc for kind, doc in msg["sections"] if kind == "body"), {})
+
     def _finish(self, msg: dict[str, Any], lsid: str) -> dict[str, Any]:
-        """Commit or abort, then roll back anything a failed commit left open."""
-        reply = self._call(msg)
-        self.gate.abort_open(lsid)
+        """Commit or abort under the lock of the transaction's database (drivers send
+        both to ``admin``, whose lock would not keep a rollback of the data's
+        connection out), then roll back anything a failed commit left open."""
+        handler = self.handler
+        with handler._sessions_lock:
+            databases = sorted({db for (sid, db), sess in handler._sessions.items()
+                                if sid == lsid and sess.in_transaction})
+        with contextlib.ExitStack() as stack:
+            for db_name in databases:
+                stack.enter_context(handler._lock_for(db_name))
+            if not any(self._open_in(lsid, db_name) for db_name in databases):
+                return self.no_such_transaction(next(iter(self._body(msg)), "command"))
+            reply = self._call(msg)
+            self.gate.abort_open(lsid)
         return reply
 
     async def end_sessions(self, msg: dict[str, Any], cmd: dict[str, Any]) -> dict[str, Any]:
@@ -445,8 +636,6 @@ def secure_data_dir(data_dir: Path) -> None:
 def resolve_token(data_dir: Path, token_file: str | None) -> str:
     """The TCP credential: ``$CHEETO_STORE_TOKEN``, else the token file, generated (0600)
     when missing. Never from argv."""
-    import secrets
-
     if env := os.environ.get(TOKEN_ENV):
         return env
     path = Path(token_file) if token_file else data_dir / TOKEN_NAME

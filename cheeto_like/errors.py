@@ -85,3 +85,10 @@ class ExternalError(CheetoError):
 
 class ConfigError(InvalidInput):
     """The configuration file is missing, unreadable or invalid."""
+
+
+class NotAllowed(CheetoError):
+    """The acting person may not do this (approve a request they are not an approver of)."""
+
+    exit_code = 2
+    http_status = 403

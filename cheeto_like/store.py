@@ -44,10 +44,15 @@ class TransactionLock:
     every acquisition opens the file afresh; polling with LOCK_NB keeps the event loop
     free while another process holds it. A client that does not share the data directory
     (a container reaching the store over TCP) has no file to lock and skips it.
+
+    After ``wait`` seconds (the server's lock timeout) without the file lock, the client
+    goes on without it: the holder may be stopped (Ctrl-Z) or hung, and only the server
+    can roll its silent transaction back, which it does once another client waits there.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, wait: float = LOCK_TIMEOUT_S) -> None:
         self.path = path
+        self.wait = wait
         self._local: asyncio.Lock | None = None
 
     @asynccontextmanager
@@ -61,7 +66,7 @@ class TransactionLock:
                 yield
                 return
             try:
-                deadline = time.monotonic() + LOCK_TIMEOUT_S
+                deadline = time.monotonic() + self.wait
                 delay = 0.001
                 while True:
                     try:
@@ -69,8 +74,7 @@ class TransactionLock:
                         break
                     except BlockingIOError:
                         if time.monotonic() > deadline:
-                            raise ExternalError(f"timed out waiting for the store's transaction"
-                                                f" lock {self.path}", transient=True) from None
+                            break  # the server arbitrates (see the class docstring)
                         await asyncio.sleep(delay)
                         delay = min(delay * 2, 0.05)
                 yield
@@ -193,7 +197,7 @@ async def connect(config: MongoConfig, *, autostart: bool = True, database: str 
             if notify is not None:
                 notify(note)
         uri = server.uri
-        lock = TransactionLock(server.lock_path)
+        lock = TransactionLock(server.lock_path, config.embedded.lock_timeout_seconds)
         description = f"embedded store {server.address} ({server.data_dir})"
     else:
         assert config.uri is not None

@@ -293,9 +293,18 @@ def integrity_check(path: Path, *, max_lines: int = 5) -> list[str]:
 
 def refuse_damaged(data_dir: Path) -> None:
     """Server start-up: exit 1, one line per damaged recorded file, rather than serve a
-    data directory where nx-27017 would quietly start those databases afresh."""
+    data directory where nx-27017 would quietly start those databases afresh.
+
+    A sound file under another inode than recorded was put there while no server ran
+    (copied back from a backup): it is adopted, as ``check_before_connect`` does with
+    the server down. Otherwise ``ServerFileWatch`` would take the recorded inode for the
+    file it has open and refuse every write as "replaced while the embedded store ran"."""
     try:
         problems = check_recorded(data_dir)
+        if not problems:
+            for database, entry in read_marker(data_dir).items():
+                if entry.get("inode") != database_file(data_dir, database).stat().st_ino:
+                    record(data_dir, database)
     except ExternalError as exc:
         problems = [exc.message]
     if problems:

@@ -78,3 +78,24 @@ def _relative(now: datetime, m: re.Match[str]) -> datetime:
     if unit.startswith("h"):
         return now + timedelta(hours=n)
     return now + timedelta(minutes=n)
+
+
+_DURATION = re.compile(r"^(?P<n>\d{1,9})\s*(?P<unit>s|sec|secs|seconds?|m|min|mins|minutes?|"
+                       r"h|hours?|d|days?|w|weeks?)$", re.IGNORECASE)
+MAX_DURATION_SECONDS = 3650 * 86400
+_DURATION_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``0s``, ``90min`` (a bare ``m`` is minutes), ``24h``, ``2d``, ``1w`` -> a timedelta
+    (thresholds such as ``--pending-over``; never negative)."""
+    m = _DURATION.fullmatch(text.strip())
+    if m is None:
+        raise InvalidInput(f"cannot read duration {text!r}: use a number and a unit, "
+                           "e.g. 0s, 90min, 24h, 2d, 1w")
+    unit = m["unit"].lower()
+    key = "m" if unit.startswith("m") else unit[0]
+    seconds = int(m["n"]) * _DURATION_SECONDS[key]
+    if seconds > MAX_DURATION_SECONDS:
+        raise InvalidInput(f"duration {text!r} is longer than 10 years")
+    return timedelta(seconds=seconds)

@@ -30,7 +30,7 @@ from cheeto_like.models import fields as f
 from cheeto_like.models.slurm import WALLTIME_MAX_MINUTES, SlurmName, SlurmTRES, walltime_minutes
 from cheeto_like.models.storage import MapName, StorageName, SubPath, VolumeName, format_quota
 from cheeto_like.text import has_control
-from cheeto_like.timeparse import CLEAR, parse_when
+from cheeto_like.timeparse import CLEAR, parse_duration, parse_when
 from cheeto_like.validation import describe_validation_error
 
 FAST = settings(max_examples=100, deadline=None, derandomize=True, database=None,
@@ -163,6 +163,19 @@ def test_dates(text):
         bson.encode({"t": when})
 
 
+thresholds = st.from_regex(
+    r"[0-9]{1,12} ?(s|sec|seconds?|m|min|minutes?|h|hours?|d|days?|w|weeks?)", fullmatch=True)
+
+
+@FAST
+@given(st.one_of(anything, thresholds))
+def test_threshold_durations(text):
+    """``--pending-over``/``--down-over``: a non-negative timedelta or one clear line."""
+    span = outcome(parse_duration, text)
+    if span is not None:
+        assert 0 <= span.total_seconds() <= 3650 * 86400
+
+
 # -- keys, e-mails ---------------------------------------------------------------------------
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq8qZ0ZEn9m9oP3b8mZr3pM0w3a0c2jY2q8m8n3d7xK"
@@ -281,3 +294,21 @@ def test_numeric_flags(text):
         except argparse.ArgumentError:
             continue
         assert check(value)
+
+
+# -- request SLA targets (issue 16) ---------------------------------------------------------
+
+sla_targets = st.one_of(anything, st.from_regex(
+    r"\A\s*[0-9]{1,6}(\.[0-9]{1,4})?\s*(d|bd|h|bh|D|H)\s*\Z"))
+
+
+@FAST
+@given(sla_targets)
+@example("1e309d")
+@example("0.0000001h")
+def test_sla_targets(text):
+    from cheeto_like.sla import MAX_TARGET_DAYS, parse_target
+
+    days = outcome(parse_target, text, value_errors=("cannot read SLA target", "SLA target"))
+    if days is not None:
+        assert 0 < days <= MAX_TARGET_DAYS

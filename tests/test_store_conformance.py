@@ -6,9 +6,10 @@ When code needs a new query or update shape, add it here first. Covered: unique 
 compound unique indexes, the partial unique index on (type, shorthand), transaction commit,
 abort and rollback on a duplicate key, the filters (equality, ``$in``, ``$ne: None``,
 ``$or``, range + sort + limit, array-element equality, dotted paths), the updates
-(``$set``, ``$currentDate``, ``update_many`` with ``array_filters`` on top-level and nested
-lists), deletes and counts, tz-aware UTC datetimes, the transaction lock across processes,
-racing creates of the same name, and the usage ledger's aggregations (``$match`` on an
+(``$set``, ``$max``, ``$currentDate``, ``update_many`` with ``array_filters`` on top-level
+and nested lists), deletes and counts, tz-aware UTC datetimes, the transaction lock
+across processes, racing creates of the same name, and the usage ledger's aggregations
+(``$match`` on an
 integer range, ``$group`` on a field or a dotted field after ``$unwind``, ``$sum``).
 """
 
@@ -599,3 +600,108 @@ async def test_in_on_a_unique_key_with_a_projection_then_replace_by_id(empty_db)
         await collection.replace_one({"_id": "r1"}, {"_id": "r1", "site": "farm", "user": "x",
                                                      "end_epoch": 1}, session=session)
     assert (await collection.find_one({"_id": "r1"}))["user"] == "x"
+
+
+# -- site-scale reads and the generation counters (issue 18) ------------------------------
+
+
+async def test_projection_without_id_returns_only_the_named_fields(empty_db):
+    """``models.base.rows``: raw projected rows, absent fields simply missing."""
+    collection = empty_db.database["projection_probe"]
+    await collection.insert_many([{"_id": "a", "user": "u1", "roles": ["member"], "x": 1},
+                                  {"_id": "b", "user": "u2", "x": 2}])
+    found = await collection.find({}, {"user": 1, "roles": 1, "_id": 0}).to_list()
+    assert sorted(found, key=lambda d: d["user"]) == [{"user": "u1", "roles": ["member"]},
+                                                      {"user": "u2"}]
+    one = await collection.find({"x": 2}, {"user": 1, "_id": 0}).to_list()
+    assert one == [{"user": "u2"}]
+
+
+async def test_inc_upsert_by_id_inside_a_transaction_counts_and_rolls_back(empty_db):
+    """``operations.generations.bump``: ``$inc`` with ``upsert`` by ``_id`` creates the
+    counter at 1, adds on later calls, and an aborted transaction leaves it alone."""
+    collection = empty_db.database["generation_probe"]
+    for _ in range(2):
+        async with empty_db.session(transaction=True) as session:
+            await collection.update_one({"_id": "site:farm"}, {"$inc": {"n": 1}},
+                                        upsert=True, session=session)
+            await collection.update_one({"_id": "all"}, {"$inc": {"n": 1}}, upsert=True,
+                                        session=session)
+    with pytest.raises(Boom):
+        async with empty_db.session(transaction=True) as session:
+            await collection.update_one({"_id": "all"}, {"$inc": {"n": 1}}, upsert=True,
+                                        session=session)
+            raise Boom
+    found = {d["_id"]: d["n"] for d in await collection.find({}).to_list()}
+    assert found == {"site:farm": 2, "all": 2}
+
+
+async def test_group_on_a_string_and_a_list_field_with_push(empty_db):
+    """``models.base.grouped``: a one-field ``$group`` pushing another field, keys
+    normalised (the embedded store returns a list key as JSON text). Datetimes are read
+    by a ``$ne: None`` filter on the site, never grouped on."""
+    from cheeto_like.models.base import grouped, rows
+
+    when = datetime(2030, 5, 6, 7, 8, 9, 123000, tzinfo=UTC)
+    await UserSiteInfo.insert_many([
+        UserSiteInfo(user="a", site="farm"),
+        UserSiteInfo(user="b", site="farm", status="inactive", access=["slurm", "sudo"]),
+        UserSiteInfo(user="c", site="farm", expires_at=when, access=["slurm", "sudo"]),
+        UserSiteInfo(user="d", site="moon", status="inactive")])
+    by_status = await grouped(UserSiteInfo, {"site": "farm"}, "status", "user")
+    assert {k: sorted(v) for k, v in by_status.items()} == {None: ["a", "c"],
+                                                            "inactive": ["b"]}
+    by_access = await grouped(UserSiteInfo, {"site": "farm"}, "access", "user")
+    assert {k: sorted(v) for k, v in by_access.items()} == {(): ["a"],
+                                                            ("slurm", "sudo"): ["b", "c"]}
+    expiring = await rows(UserSiteInfo, {"site": "farm", "expires_at": {"$ne": None}},
+                          "user", "expires_at")
+    assert expiring == [{"user": "c", "expires_at": when}]
+    overriding = await rows(UserSiteInfo, {"site": "farm", "status": {"$ne": None}}, "user")
+    assert overriding == [{"user": "b"}]
+    edges = await grouped(UserSiteInfo, {"site": "farm"}, "site", "access")
+    assert sorted(map(tuple, edges["farm"])) == [(), ("slurm", "sudo"), ("slurm", "sudo")]
+
+
+async def test_group_pushing_two_fields_keeps_the_columns_aligned(empty_db):
+    """``models.base.grouped_columns``: the desired Slurm state's rosters (user and roles
+    of each membership, per group) in one ``$group``."""
+    from cheeto_like.models.base import group_key, grouped_columns
+
+    await GroupMembership.insert_many([
+        GroupMembership(user=f"u{i}", group=f"g{i % 2}", site="farm",
+                        roles=["member"] if i % 3 else ["sponsor"]) for i in range(6)])
+    found = await grouped_columns(GroupMembership, {"site": "farm"}, "group", "user", "roles")
+    rows = {g: sorted((u, group_key(r)) for u, r in zip(*cols, strict=True))
+            for g, cols in found.items()}
+    assert rows == {"g0": [("u0", ("sponsor",)), ("u2", ("member",)), ("u4", ("member",))],
+                    "g1": [("u1", ("member",)), ("u3", ("sponsor",)), ("u5", ("member",))]}
+
+
+async def test_max_update_by_id_keeps_the_larger_integer(empty_db):
+    """API key last use (auth.apikeys.UsageRecorder): ``$max`` by ``_id`` writes only a
+    newer stamp, and sets a field that was missing or null."""
+    collection = empty_db.database["conformance_max"]
+    await collection.insert_many([{"_id": "a", "last": None}, {"_id": "b"},
+                                  {"_id": "c", "last": 100}])
+    for key in ("a", "b", "c"):
+        await collection.update_one({"_id": key}, {"$max": {"last": 50}})
+    found = {d["_id"]: d.get("last") async for d in collection.find({})}
+    assert found == {"a": 50, "b": 50, "c": 100}
+    await collection.update_one({"_id": "c"}, {"$max": {"last": 150}})
+    assert (await collection.find_one({"_id": "c"}))["last"] == 150
+
+
+async def test_columns_push_every_field_with_null_for_none_in_one_group(empty_db):
+    """``models.base.columns``: ``$group`` on a null key pushing several fields gives one
+    aligned row per document (None where the document holds null), large ints intact."""
+    from cheeto_like.models.base import columns
+
+    await User.insert_many([user_doc("a", 3_333_333_006, access=["slurm"]),
+                            user_doc("b", 7, status="active")])
+    found = await columns(User, {}, "name", "uid", "status", "access", "expires_at")
+    assert sorted(found, key=lambda r: r["name"]) == [
+        {"name": "a", "uid": 3_333_333_006, "status": None, "access": ["slurm"],
+         "expires_at": None},
+        {"name": "b", "uid": 7, "status": "active", "access": [], "expires_at": None}]
+    assert await columns(User, {"name": "nobody"}, "name") == []

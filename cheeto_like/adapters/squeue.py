@@ -5,6 +5,10 @@ report adds its *reservation*: allocated CPUs (and GPUs) x the job's time limit,
 it can be charged. ``-h`` (no header), ``-a`` (every partition), ``-t R`` (running),
 ``-o`` with ``|`` between explicit fields: user, account, CPUs, time limit, GRES per
 node, node count, job id.
+
+``Squeue.jobs`` lists every job in the queue for the cluster monitor: running and
+pending, with the pending reason (last, as it is free text) and the submit time as epoch
+seconds (``SLURM_TIME_FORMAT=%s``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from ..errors import ExternalError
 from .process import run_process
@@ -82,6 +87,56 @@ def parse_output(text: str) -> list[RunningJob]:
     return jobs
 
 
+QUEUE_FORMAT = "%i|%u|%a|%P|%T|%V|%b|%D|%C|%N|%q|%r"
+_QUEUE_FIELDS = 12
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A job as ``squeue`` lists it (any state); ``reason`` is Slurm's, e.g.
+    ``AssocMaxJobsLimit`` or ``ReqNodeNotAvail, UnavailableNodes:n[01-02]``."""
+
+    job_id: str
+    user: str
+    account: str
+    partition: str
+    state: str
+    submitted: datetime | None
+    gpus: tuple[tuple[str | None, int], ...]
+    nodes: int
+    cpus: int
+    node_list: str
+    qos: str
+    reason: str
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(n for _, n in self.gpus)
+
+
+def _epoch(text: str) -> datetime | None:
+    value = text.strip()
+    return datetime.fromtimestamp(int(value), UTC) if value.isdigit() else None
+
+
+def parse_queue(text: str) -> list[QueuedJob]:
+    jobs = []
+    for line in text.splitlines():
+        parts = line.split("|", _QUEUE_FIELDS - 1)
+        if len(parts) != _QUEUE_FIELDS or not parts[8].strip().isdigit():
+            continue  # a "CLUSTER: name" banner or a malformed line
+        (job_id, user, account, partition, state, submitted, gres, nodes, cpus, node_list,
+         qos, reason) = (p.strip() for p in parts)
+        count = int(nodes) if nodes.isdigit() else 1
+        jobs.append(QueuedJob(
+            job_id=job_id, user=user, account=account, partition=partition, state=state,
+            submitted=_epoch(submitted),
+            gpus=parse_gres(gres if gres not in ("N/A", "(null)") else "", count),
+            nodes=count, cpus=int(cpus), node_list=node_list, qos=qos,
+            reason="" if reason in ("None", "(null)") else reason))
+    return jobs
+
+
 @dataclass
 class Squeue:
     binary: str = "squeue"
@@ -97,3 +152,15 @@ class Squeue:
             detail = (err.strip().splitlines() or ["timed out" if code is None else ""])[0]
             raise ExternalError(f"squeue failed: {detail}")
         return parse_output(out)
+
+    async def jobs(self, cluster: str) -> list[QueuedJob]:
+        """Every job slurmctld still lists (pending, running, completing, ...)."""
+        argv = [self.binary, "-h", "-a", f"--clusters={cluster}", "-o", QUEUE_FORMAT]
+        code, out, err, _ = await run_process(
+            argv, time_limit=self.timeout,
+            env={**os.environ, **self.env, "SLURM_TIME_FORMAT": "%s"},
+            missing=f"{self.binary} not found")
+        if code != 0:
+            detail = (err.strip().splitlines() or ["timed out" if code is None else ""])[0]
+            raise ExternalError(f"squeue failed: {detail}")
+        return parse_queue(out)

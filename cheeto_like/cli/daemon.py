@@ -44,6 +44,16 @@ def _loglevel(parser: a.Parser) -> None:
                         choices=LOG_LEVELS, help="log level of the process (default INFO)")
 
 
+def _concurrency(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid concurrency {text!r}") from None
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"concurrency must be 1-64, not {value}")
+    return value
+
+
 def _writable_dir(path: Path, what: str) -> None:
     parent = path.parent
     if not parent.is_dir():
@@ -79,7 +89,8 @@ def daemon_worker(args: argparse.Namespace) -> int:
     enabled = ", ".join(enabled_tasks(config)) or "none"
     log.info("worker %s consuming %s (enabled tasks: %s); %s", host_format(name), queue,
              enabled, describe(app))
-    return run_celery(app, worker_argv(queue=queue, name=name, loglevel=args.worker_loglevel))
+    return run_celery(app, worker_argv(queue=queue, name=name, loglevel=args.worker_loglevel,
+                                       concurrency=args.concurrency))
 
 
 @daemon_worker.args()
@@ -88,7 +99,11 @@ def _(parser: a.Parser) -> None:
                         help="be SITE's worker: consume slurm.SITE (run it on the head node)")
     parser.add_argument("--name", "-n", metavar="NAME",
                         help="node name (default cheeto-hub@%%h, or slurm-SITE@%%h)")
+    parser.add_argument("--concurrency", "-c", type=_concurrency, default=1, metavar="N",
+                        help="tasks this worker runs at once (default 1; 1-64); runs of the "
+                             "same task and site still never overlap (their leases)")
     _loglevel(parser)
+
 
 
 @command("daemon", "beat", help="run the beat scheduler (exactly one per deployment)")

@@ -206,6 +206,7 @@ def _banner(out: Output, plan: StackPlan, demo_site: str) -> None:
         + (" (generated)" if info.get("api_key_generated") else ""),
         f"          curl -H 'X-API-Key: {key}' {info['api_url']}puppet/root-keys/{site}",
         f"          docs: {info['api_url']}docs",
+        f"  Web     {info['api_url']}   the dashboard (sign in with a cluster account)",
         f"  Flower  {info['flower_url']}   user {info['flower_user']}, password "
         f"{info['flower_password']}" + (" (generated)" if info.get("flower_auth_generated")
                                         else ""),
@@ -215,6 +216,11 @@ def _banner(out: Output, plan: StackPlan, demo_site: str) -> None:
         f"  enqueue CHEETO_CONFIG={info['config']} cheeto daemon enqueue TASK --wait",
         "          (or with the config you gave `daemon up`, while the stack runs)",
     ]
+    if plan.seed_demo:
+        from ..daemon.demo_dashboard import DEMO_LOGINS, DEMO_OPERATOR, DEMO_USER
+
+        lines.insert(4, f"          demo logins: {DEMO_USER} / {DEMO_LOGINS[DEMO_USER]} (a user), "
+                        f"{DEMO_OPERATOR} / {DEMO_LOGINS[DEMO_OPERATOR]} (operator, sponsor)")
     for line in lines:
         out.info(esc(line))
 

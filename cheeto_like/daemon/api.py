@@ -17,12 +17,14 @@ refuses to serve without ``api.api_key`` unless ``--insecure`` (then still only 
 loopback unless the operator insists). Everything is a query: no request writes anything
 (no History rows).
 
-An export is computed at most once per ``api.cache_seconds`` (default 30) per site and
-served for up to twice that (the second half while one background task recomputes it);
-concurrent requests for the same export share one computation (``ExportCache``; the
-``X-Cache`` header says ``hit``, ``stale`` or ``miss``). At 10,000 users a storage export
-costs seconds of store time, so a fleet of puppet agents polling at once would otherwise
-queue behind each other. The cache holds the rendered bodies: a hit serialises nothing.
+Exports are cached per site as rendered bodies (``ExportCache``: a hit serialises
+nothing) and rebuilt when the site's data generation moves (every operation bumps the
+generations of the sites it touches, in its transaction) or after ``api.cache_seconds``
+(default 30). A rebuild runs in the background while the previous body is served; only a
+site's very first request waits, and concurrent requests share that one build. The
+``X-Cache`` header says ``hit``, ``stale`` or ``miss``. The generations are read at most
+every ``api.generation_poll_seconds`` (default 1), so a change shows within about that
+plus one rebuild.
 """
 
 from __future__ import annotations
@@ -32,19 +34,17 @@ import ipaddress
 import json
 import logging
 import re
-import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Security
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import HTTPException
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from fastapi.security import APIKeyHeader
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from pymongo.errors import PyMongoError
@@ -52,10 +52,13 @@ from pymongo.errors import PyMongoError
 from .. import __version__
 from ..config import MIN_API_KEY_LENGTH, ApiConfig, Config
 from ..errors import CheetoError, ConfigError, InvalidInput
-from ..models import Site
 from ..queries.exports import root_key_blocks, root_keys_list, root_keys_text, storage_export
+from ..queries.generations import Generation, all_generations, site_generation
 from ..queries.site import find_site
 from ..store import Store, connect
+from ..web.api_v1 import install_v1
+from ..web.dashboard import install_dashboard
+from ..web.deps import puppet_access
 
 log = logging.getLogger("cheeto_like.api")
 
@@ -64,6 +67,8 @@ API_KEY_HEADER = "X-API-Key"
 # anything else cannot name a site, so it is a 404 without a query.
 _SITE_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 _NO_STORE = {"Cache-Control": "no-store"}
+GENERATION_POLL_SECONDS = 1.0  # api.generation_poll_seconds: how stale a body may be
+MAX_REMEMBERED_SITE_NAMES = 1024  # spellings of site names (fqdn, alias) the cache keeps
 
 
 class RootKeys(BaseModel):
@@ -124,8 +129,9 @@ def is_loopback(host: str) -> bool:
 def check_bind(api: ApiConfig, host: str, *, insecure: bool) -> None:
     """Refuse to serve an open API (no ``api_key``) unless ``insecure``: even on loopback,
     every local user (and every local process a browser can be tricked into calling)
-    could read root's keys and the storage map."""
-    if api.api_key is None and not insecure:
+    could read root's keys and the storage map. With ``managed_keys_only`` the puppet
+    routes take managed keys (``ng apikey``) instead, so nothing is open."""
+    if api.api_key is None and not api.managed_keys_only and not insecure:
         where = "" if is_loopback(host) else f" on {host}"
         raise InvalidInput(f"no api.api_key is configured, so the API would be open; refusing "
                            f"to serve{where}. Set api.api_key (at least "
@@ -174,45 +180,105 @@ def prefers_text(accept: str | None) -> bool:
 
 
 class ExportCache:
-    """Exports computed at most once per ``ttl`` seconds per key, never twice at once.
+    """Rendered export bodies per (route, site), rebuilt when the site's data changes.
 
-    - fresh (younger than ``ttl``): served from the cache;
-    - stale (younger than ``2 * ttl``): served from the cache while ONE background task
-      recomputes it, so no request waits for a recomputation;
-    - missing or older: computed now; concurrent requests for the same key wait for that
-      one computation (a puppet fleet running on the same minute costs one query).
+    Every entry remembers the site's data generation (``queries.generations``) it was
+    built from. The write path bumps a site's generation in the same transaction as the
+    change, so a body is current exactly while its generation is. The generations are
+    read by one small query at most every ``poll`` seconds, shared by all requests.
 
-    Failures are not cached (a failed background refresh is logged; the entry then ages
-    out and the next request computes, and reports, it). Keys are (route, site name), so
-    the cache is bounded by the number of sites. ``ttl <= 0`` disables it.
+    - current (same generation, younger than ``ttl``): served;
+    - outdated (a newer generation, or older than ``ttl``: exports also change with the
+      clock, as keys and storages expire): the previous body is served while ONE
+      background task rebuilds it, so no request waits for a rebuild;
+    - missing (the first request for a site): built now; concurrent requests for it
+      share that one build (a puppet fleet polling on the same minute costs one).
+
+    A rebuild records the generation read *before* it started, so a write that lands
+    during the rebuild triggers another. Failures are not cached (a failed rebuild is
+    logged, and the previous body keeps being served). Keys are (route, site name), so
+    the cache is bounded by the number of sites. ``ttl <= 0`` disables it; without
+    ``read_generations`` it is time-based only.
     """
 
-    def __init__(self, ttl: float) -> None:
+    def __init__(self, ttl: float, *, poll: float = GENERATION_POLL_SECONDS,
+                 read_generations: Callable[[], Awaitable[dict[str, int]]] | None = None,
+                 ) -> None:
         self.ttl = ttl
-        self._entries: dict[tuple[str, str], tuple[float, Any]] = {}
+        self.poll = poll
+        self._read_generations = read_generations
+        self._generations: dict[str, int] | None = None
+        self._generations_at = 0.0
+        self._generations_read: asyncio.Future[dict[str, int]] | None = None
+        self._entries: dict[tuple[str, str], tuple[Generation, float, Any]] = {}
         self._inflight: dict[tuple[str, str], asyncio.Future[Any]] = {}
         self._refreshing: set[asyncio.Task[Any]] = set()
+        self._sites: dict[str, tuple[float, str | None]] = {}
+
+    async def generations(self) -> dict[str, int]:
+        """Every data generation, read at most once per ``poll`` seconds (single-flight:
+        concurrent callers share one read)."""
+        now = time.monotonic()
+        if self._generations is not None and now - self._generations_at < self.poll:
+            return self._generations
+        if self._read_generations is None:  # time-based only (no store behind it)
+            return {}
+        if self._generations_read is not None:
+            return await asyncio.shield(self._generations_read)
+        future: asyncio.Future[dict[str, int]] = asyncio.get_running_loop().create_future()
+        self._generations_read = future
+        try:
+            found = await self._read_generations()
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: nobody else may be waiting
+            raise
+        finally:
+            self._generations_read = None
+        if found != self._generations:
+            self._sites.clear()  # a write may have added or renamed a site
+        self._generations, self._generations_at = found, time.monotonic()
+        future.set_result(found)
+        return found
+
+    async def site(self, value: str,
+                   resolve: Callable[[str], Awaitable[str | None]]) -> str | None:
+        """``resolve(value)`` (a site's name from a name, fqdn or alias; None when there
+        is none), remembered until any generation moves or ``ttl`` passes."""
+        if self.ttl <= 0:
+            return await resolve(value)
+        await self.generations()
+        now = time.monotonic()
+        known = self._sites.get(value.lower())
+        if known is not None and now < known[0]:
+            return known[1]
+        name = await resolve(value)
+        if len(self._sites) > MAX_REMEMBERED_SITE_NAMES:
+            self._sites.clear()
+        self._sites[value.lower()] = (now + self.ttl, name)
+        return name
 
     async def get(self, key: tuple[str, str],
                   compute: Callable[[], Awaitable[Any]]) -> tuple[Any, str]:
         """(value, ``hit``/``stale``/``miss``)."""
         if self.ttl <= 0:
             return await compute(), "miss"
-        now = time.monotonic()
+        generation = site_generation(await self.generations(), key[1])
         entry = self._entries.get(key)
-        if entry is not None and now < entry[0]:
-            return entry[1], "hit"
-        if entry is not None and now < entry[0] + self.ttl:
-            if key not in self._inflight:  # registered now, so only one refresh starts
+        if entry is not None:
+            built_from, expires, value = entry
+            if built_from == generation and time.monotonic() < expires:
+                return value, "hit"
+            if key not in self._inflight:  # registered now, so only one rebuild starts
                 future = self._begin(key)
-                task = asyncio.create_task(self._refresh(key, future, compute))
+                task = asyncio.create_task(self._refresh(key, future, compute, generation))
                 self._refreshing.add(task)
                 task.add_done_callback(self._refreshing.discard)
-            return entry[1], "stale"
+            return value, "stale"
         pending = self._inflight.get(key)
         if pending is not None:
             return await asyncio.shield(pending), "hit"
-        return await self._compute(key, self._begin(key), compute), "miss"
+        return await self._compute(key, self._begin(key), compute, generation), "miss"
 
     def _begin(self, key: tuple[str, str]) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -220,7 +286,7 @@ class ExportCache:
         return future
 
     async def _compute(self, key: tuple[str, str], future: asyncio.Future[Any],
-                       compute: Callable[[], Awaitable[Any]]) -> Any:
+                       compute: Callable[[], Awaitable[Any]], generation: Generation) -> Any:
         try:
             value = await compute()
         except BaseException as exc:
@@ -229,15 +295,15 @@ class ExportCache:
             raise
         finally:
             del self._inflight[key]
-        self._entries[key] = (time.monotonic() + self.ttl, value)
+        self._entries[key] = (generation, time.monotonic() + self.ttl, value)
         future.set_result(value)
         return value
 
     async def _refresh(self, key: tuple[str, str], future: asyncio.Future[Any],
-                       compute: Callable[[], Awaitable[Any]]) -> None:
+                       compute: Callable[[], Awaitable[Any]], generation: Generation) -> None:
         try:
-            await self._compute(key, future, compute)
-        except Exception as exc:  # the stale copy stays until it ages out
+            await self._compute(key, future, compute, generation)
+        except Exception as exc:  # the previous body keeps being served
             log.warning("refreshing %s for %s failed: %s", key[0], key[1], exc)
 
     async def close(self) -> None:
@@ -252,6 +318,8 @@ class ExportCache:
 
     def clear(self) -> None:
         self._entries.clear()
+        self._sites.clear()
+        self._generations = None
 
 
 def create_api(config: Config, store: Store | None = None) -> FastAPI:
@@ -284,29 +352,25 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
                     "site. Send the key in the X-API-Key header.")
     _mount_docs(app, prefix)
     app.state.store = store
-    cache = ExportCache(api.cache_seconds)
+    cache = ExportCache(api.cache_seconds, poll=api.generation_poll_seconds,
+                        read_generations=all_generations)
     app.state.cache = cache
 
-    key_header = APIKeyHeader(name=API_KEY_HEADER, auto_error=False,
-                              description="the api.api_key of the server's config")
-    expected = api.api_key.get_secret_value().encode() if api.api_key is not None else None
+    async def resolve_site(value: str) -> str | None:
+        found = await find_site(value)
+        return found.name if found is not None else None
 
-    async def require_key(key: str | None = Security(key_header)) -> None:
-        if expected is None:
-            return
-        if not key or not secrets.compare_digest(_raw_header(key), expected):
-            raise HTTPException(401, "invalid or missing API key",
-                                headers={"WWW-Authenticate": API_KEY_HEADER})
-
-    async def site_named(value: str) -> Site:
-        found = await find_site(value) if _SITE_VALUE.fullmatch(value) else None
+    async def site_named(value: str) -> str:
+        """The site's name (remembered by the cache until the data changes)."""
+        found = (await cache.site(value, resolve_site)
+                 if _SITE_VALUE.fullmatch(value) else None)
         if found is None:
             raise HTTPException(404, f"unknown site {value!r}")
         return found
 
     site_param = PathParam(description="site name, fqdn or alias (case-insensitive)",
                            examples=["farm", "farm.hpc.example.org"])
-    router = APIRouter(prefix=prefix, dependencies=[Depends(require_key)], tags=["puppet"])
+    router = APIRouter(prefix=prefix, dependencies=[Depends(puppet_access)], tags=["puppet"])
 
     @router.get(
         "/puppet/root-keys/{site}", response_model=None,
@@ -319,14 +383,14 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
                                      "text/plain": {"schema": {"type": "string"}}}},
                    **_ERRORS})
     async def root_keys(request: Request, site: str = site_param) -> Response:
-        found = await site_named(site)
+        name = await site_named(site)
 
         async def render() -> dict[str, bytes]:
-            blocks = await root_key_blocks(found.name)
+            blocks = await root_key_blocks(name)
             return {"text": root_keys_text(blocks).encode(),
                     "json": _json({"root-ssh-public-keys": root_keys_list(blocks)})}
 
-        bodies, state = await cache.get(("root-keys", found.name), render)
+        bodies, state = await cache.get(("root-keys", name), render)
         headers = {"Vary": "Accept", "X-Cache": state, **_NO_STORE}
         if prefers_text(request.headers.get("accept")):
             return Response(bodies["text"], media_type="text/plain; charset=utf-8",
@@ -336,12 +400,12 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
     @router.get("/puppet/storage/{site}", response_model=StorageExport,
                 summary="the storage export of a site", responses=_ERRORS)
     async def storage(site: str = site_param) -> Response:
-        found = await site_named(site)
+        name = await site_named(site)
 
         async def render() -> bytes:
-            return _json(await storage_export(found.name))
+            return _json(await storage_export(name))
 
-        body, state = await cache.get(("storage", found.name), render)
+        body, state = await cache.get(("storage", name), render)
         return Response(body, media_type="application/json",
                         headers={"X-Cache": state, **_NO_STORE})
 
@@ -378,6 +442,8 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
         log.warning("store error on %s: %s", request.url.path, exc)
         return JSONResponse({"detail": "the store is unavailable"}, status_code=503)
 
+    install_v1(app, config)  # /api/v1, sign-in and keys (web/); after the handlers above
+    install_dashboard(app, config)  # the web pages at the prefix (web/dashboard/)
     return app
 
 
@@ -400,15 +466,6 @@ def _mount_docs(app: FastAPI, prefix: str) -> None:
             swagger_css_url=f"{root}/static/swagger-ui/swagger-ui.css",
             swagger_favicon_url=f"{root}/static/swagger-ui/favicon-32x32.png",
             swagger_ui_parameters={"validatorUrl": None})
-
-
-def _raw_header(value: str) -> bytes:
-    """The header's bytes as sent: ASGI servers decode header values as latin-1, so a
-    UTF-8 key sent as UTF-8 compares equal to the configured (UTF-8) key."""
-    try:
-        return value.encode("latin-1")
-    except UnicodeEncodeError:
-        return value.encode("utf-8", "surrogateescape")
 
 
 def _json(data: Any) -> bytes:

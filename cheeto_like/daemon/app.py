@@ -238,9 +238,11 @@ def setup_process_logging(level: str, target: str | None) -> None:
     ours.setLevel(logging.NOTSET)
 
 
-def worker_argv(*, queue: str, name: str, loglevel: str) -> list[str]:
-    """``celery worker`` arguments (``-q``: no banner; we log one line instead)."""
-    return ["-q", "worker", "-Q", queue, "-n", name, "--concurrency", "1",
+def worker_argv(*, queue: str, name: str, loglevel: str, concurrency: int = 1) -> list[str]:
+    """``celery worker`` arguments (``-q``: no banner; we log one line instead).
+    ``concurrency`` > 1 runs that many tasks at once: safe because every run holds its
+    task lease and every applying sync its target's lease, never because of the pool."""
+    return ["-q", "worker", "-Q", queue, "-n", name, "--concurrency", str(concurrency),
             "--loglevel", loglevel, "--without-mingle", "--without-gossip"]
 
 

@@ -61,6 +61,9 @@ TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (
     TaskSpec("alert_digest", "alerts", "alert-digest", per_site=False,
              needs=("alerts", "mail")),
     TaskSpec("usage_collect", "usage_collect", "usage-collect", on_site_queue=True),
+    TaskSpec("request_escalate", "requests", "request-escalate", per_site=False),
+    TaskSpec("cluster_monitor", "cluster_monitor", "cluster-monitor", on_site_queue=True),
+    TaskSpec("audit", "audit", "weekly-audit", per_site=False, needs=("audit",)),
 )}
 BY_CELERY_NAME = {spec.celery_name: spec for spec in TASKS.values()}
 

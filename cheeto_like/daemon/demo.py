@@ -142,4 +142,6 @@ async def seed_demo(store: Store, author: str | None, site: str = DEMO_SITE) -> 
             continue
         await step.op.run(store, author, **step.kwargs)
         ran.append(step.label)
-    return ran
+    from .demo_dashboard import seed_dashboard  # passwords, quotas and usage to show
+
+    return ran + await seed_dashboard(store, author, site)

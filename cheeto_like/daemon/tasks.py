@@ -42,6 +42,7 @@ from typing import Any
 from celery import Celery, Task
 
 from ..config import (
+    ClusterMonitorTask,
     Config,
     LDAPSyncTask,
     PuppetSyncTask,
@@ -264,6 +265,25 @@ async def _puppet(store: Store, config: Config, block: PuppetSyncTask, site: str
             "committed": report.committed, "commit": report.commit, "pushed": report.pushed}
 
 
+async def _cluster_monitor(store: Store, config: Config, block: ClusterMonitorTask, site: str,
+                           author: str) -> dict[str, Any]:
+    from ..adapters.sinfo import Sinfo
+    from ..adapters.squeue import Squeue
+    from ..sync.cluster_monitor import attach_quota, judge, read_snapshot, record_run
+
+    started = utcnow()
+    snap = await read_snapshot(site, sinfo=Sinfo(binary=block.sinfo,
+                                                 timeout=block.timeout_seconds),
+                               squeue=Squeue(binary=block.squeue, timeout=block.timeout_seconds))
+    stalled = judge(snap, pending_over=timedelta(hours=block.pending_over_hours),
+                    down_over=timedelta(hours=block.down_over_hours))
+    await attach_quota(stalled, snap.read_at)
+    run_id = await record_run(store, stalled, author=author, started_at=started)
+    return {"run_id": run_id, "cluster": snap.cluster, "jobs": len(snap.jobs),
+            "stalled_jobs": [j.job_id for j in stalled.jobs],
+            "down_nodes": [n.node for n in stalled.nodes]}
+
+
 # -- registration ----------------------------------------------------------------------
 
 
@@ -320,10 +340,30 @@ def alert_digest(self: Task) -> dict[str, Any]:
     return run_task(self, "alert_digest", None, alert_digest_body)
 
 
+def cluster_monitor(self: Task, site: str) -> dict[str, Any]:
+    """Find stalled jobs and nodes down too long (on ``slurm.<site>``) for the digest."""
+    return run_task(self, "cluster_monitor", site, _cluster_monitor)
+
+
+def audit(self: Task) -> dict[str, Any]:
+    """The weekly access audit: findings kept, the digest mailed and posted to chat."""
+    from .jobs_audit import audit_body
+
+    return run_task(self, "audit", None, audit_body)
+
+
+def request_escalate(self: Task) -> dict[str, Any]:
+    """Escalate requests past their SLA to the operator-alert digest (once each)."""
+    from .jobs_requests import request_escalate_body
+
+    return run_task(self, "request_escalate", None, request_escalate_body)
+
+
 FUNCTIONS = {"slurm_sync": slurm_sync, "usage_collect": usage_collect, "ldap_sync": ldap_sync,
              "sympa_export": sympa_export, "puppet_sync": puppet_sync,
              "hippo_process": hippo_process, "iam_sync": iam_sync, "reap": reap,
-             "alert_digest": alert_digest}
+             "alert_digest": alert_digest, "request_escalate": request_escalate,
+             "cluster_monitor": cluster_monitor, "audit": audit}
 
 
 def register_tasks(app: Celery) -> dict[str, Task]:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from beanie import Document
 
+from .audit import AuditRun
+from .auth import ApiKey, RevokedToken, RoleGrant
 from .group import Group, GroupMembership
 from .hippo import HippoEvent
 from .history import History
 from .names import NameClaim
 from .quota import Quota, QuotaAdjustment, QuotaDefaults, QuotaNotice
+from .request import Request
 from .site import Site
 from .slurm import (
     SlurmAccount,
@@ -28,12 +31,41 @@ ALL_MODELS: tuple[type[Document], ...] = (
     AutomountMap, StorageVolume, StaticMount, Storage,
     History, HippoEvent, SyncRun, SyncLease, NameClaim,
     UsageRecord, UsageCursor, GpuFactor, Quota, QuotaDefaults, QuotaAdjustment, QuotaNotice,
+    RoleGrant, ApiKey, RevokedToken, Request, AuditRun,
 )
 
 __all__ = [
-    "ALL_MODELS", "AutomountMap", "GpuFactor", "Group", "GroupMembership", "HippoEvent",
-    "History", "NameClaim", "Quota", "QuotaAdjustment", "QuotaDefaults", "QuotaNotice", "Site",
-    "SlurmAccount", "SlurmAllocation", "SlurmAssociation", "SlurmPartition", "SlurmQOS",
-    "SshKey", "StaticMount", "Storage", "StorageVolume", "SyncLease", "SyncRun",
-    "UsageCursor", "UsageRecord", "User", "UserSiteInfo",
+    "ALL_MODELS",
+    "ApiKey",
+    "AuditRun",
+    "AutomountMap",
+    "GpuFactor",
+    "Group",
+    "GroupMembership",
+    "HippoEvent",
+    "History",
+    "NameClaim",
+    "Quota",
+    "QuotaAdjustment",
+    "QuotaDefaults",
+    "QuotaNotice",
+    "Request",
+    "RevokedToken",
+    "RoleGrant",
+    "Site",
+    "SlurmAccount",
+    "SlurmAllocation",
+    "SlurmAssociation",
+    "SlurmPartition",
+    "SlurmQOS",
+    "SshKey",
+    "StaticMount",
+    "Storage",
+    "StorageVolume",
+    "SyncLease",
+    "SyncRun",
+    "UsageCursor",
+    "UsageRecord",
+    "User",
+    "UserSiteInfo",
 ]

@@ -185,10 +185,14 @@ class QuotaNotice(BaseDoc):
     period_start: datetime
     percent: float
     to: list[str] = Field(default_factory=list)
+    # when it was sent (epoch seconds): the operator digest lists the notices sent since
+    # the last digest, matched on this integer (the embedded store compares datetimes
+    # wrongly in filters); 0 on rows from before it
+    noticed_epoch: int = 0
 
     class Settings(BaseDoc.Settings):
         name = "quota_notices"
-        indexes = [unique("key"), index("site")]
+        indexes = [unique("key"), index("site"), index("noticed_epoch")]
 
 
 def notice_key(site: str, kind: str, subject: str, resource: str, threshold: int,

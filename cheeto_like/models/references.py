@@ -11,10 +11,12 @@ from dataclasses import dataclass
 
 from beanie import Document
 
+from .auth import RevokedToken, RoleGrant
 from .group import GroupMembership
 from .hippo import HippoEvent
 from .history import History
 from .quota import Quota, QuotaAdjustment
+from .request import Request
 from .site import Site
 from .slurm import SlurmAccount, SlurmAssociation
 from .storage import Storage
@@ -46,6 +48,10 @@ USER_REFERENCES: tuple[Reference, ...] = (
     Reference(UsageRecord, "user"),
     Reference(Quota, "user"),
     Reference(QuotaAdjustment, "user"),
+    Reference(RoleGrant, "user"),
+    Reference(RevokedToken, "user"),
+    Reference(Request, "user"),
+    Reference(Request, "requester"),
 )
 
 GROUP_REFERENCES: tuple[Reference, ...] = (
@@ -60,4 +66,6 @@ GROUP_REFERENCES: tuple[Reference, ...] = (
     Reference(UsageRecord, "account"),
     Reference(Quota, "account"),
     Reference(QuotaAdjustment, "account"),
+    Reference(RoleGrant, "accounts", is_list=True),
+    Reference(Request, "group"),
 )

@@ -221,6 +221,14 @@ class Storage(BaseDoc, LDAPSyncable, Expirable):
 
 
 def join_path(base: str, sub: str) -> str:
+    """``PurePosixPath(base) / sub`` as text. Stored paths are already normal (absolute,
+    no ``.`` segment, no ``//``, no trailing ``/``), so the common case is a plain join;
+    anything else goes through ``PurePosixPath`` (a 20k-user export joins 40k paths, and
+    pathlib cost a second of it). tests/queries/test_export_reads.py compares both."""
+    joined = f"{base}/{sub}" if sub else base
+    if (joined[:1] == "/" and sub[:1] != "/" and "//" not in joined and "/./" not in joined
+            and joined[-1] != "/" and joined[-2:] != "/."):
+        return joined
     return str(PurePosixPath(base) / sub) if sub else str(PurePosixPath(base))
 
 

@@ -135,10 +135,19 @@ KINDS: dict[str, Kind] = {
         lambda c: f"UCD HPC: {c['subject']} at {c['threshold']}% of its {c['resource']} quota"
                   f" on {_site(c)}",
         lambda c: f"{html.escape(str(c['resource']))} quota at {c['threshold']}%"),
+    "request_update": Kind(
+        "request-update.md.j2",
+        lambda c: f"UCD HPC: request {c['number']} ({c['request_kind']}) {c['event_words']}",
+        lambda c: f"Request {c['number']} {html.escape(str(c['event_words']))}"),
     "operator_alert": Kind(
         "operator-alert.md.j2",
         lambda c: f"{c['subject_prefix']} {c['total']} problem(s) need attention".strip(),
         lambda c: "cheeto operator alert"),
+    "audit_digest": Kind(
+        "audit-digest.md.j2",
+        lambda c: f"{c['subject_prefix']} {c['total']} finding(s), {c['new']} new, "
+                  f"{c['resolved']} resolved".strip(),
+        lambda c: "cheeto access audit"),
 }
 
 

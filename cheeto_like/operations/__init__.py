@@ -10,9 +10,11 @@ from .base import Operation, get_operation, operation_names
 
 # Every module that defines operations (base.load_all imports them on demand).
 MODULES = (
+    "auth",
     "class_users",
     "group",
     "group_membership",
+    "request",
     "site",
     "slurm",
     "storage",

@@ -28,6 +28,7 @@ from ..models.fields import utcnow
 from ..models.history import History
 from ..store import Store
 from ..validation import describe_validation_error
+from . import generations
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ class Operation:
         self.store = store
         self.author = author
         self.args = args
+        self._nested_touched: list[frozenset[str] | None] = []
 
     # -- entry points -------------------------------------------------------------------
 
@@ -111,11 +113,14 @@ class Operation:
                      **kwargs: Any) -> Any:
         """Run as part of ``parent``'s transaction (no History row of its own)."""
         op = cls(parent.store, parent.author, cls.parse_args(**kwargs))
-        return await op.execute(session)
+        result = await op.execute(session)
+        parent._nested_touched.append(op.touched_sites())
+        return result
 
     async def _run(self, *, skip_history: bool) -> Any:
         async with self.store.session(transaction=self.transactional) as session:
             result = await self.execute(session)
+            await generations.bump(session, self._all_touched_sites())
             changes = self.describe()
             if not skip_history:
                 await History(op=self.op_name, author=self.author, changes=changes,
@@ -123,7 +128,27 @@ class Operation:
         log.info("%s by %s: %s", self.op_name, self.author or "(unknown)", changes)
         return result
 
+    def _all_touched_sites(self) -> frozenset[str] | None:
+        """This operation's sites and those of every operation run ``within`` it."""
+        found: set[str] = set()
+        for sites in (self.touched_sites(), *self._nested_touched):
+            if sites is None:
+                return None
+            found |= sites
+        return frozenset(found)
+
     # -- to implement -------------------------------------------------------------------
+
+    def touched_sites(self) -> frozenset[str] | None:
+        """Sites whose data (exports, API bodies) this operation can change; ``None`` means
+        any site. ``run`` bumps their generations (``models/generation.py``) in the
+        operation's transaction, which is how the API's cache learns of the change.
+        Default: the site named by an ``Args.site`` field, else every site. Override it
+        when an operation names one site but changes data other sites show."""
+        site = getattr(self.args, "site", None)
+        name = getattr(site, "name", site)
+        return frozenset({name}) if isinstance(name, str) else None
+
 
     prepared: Any = None
 
@@ -199,7 +224,8 @@ COLLECTION_LABELS = {
     "static_mounts": "static mount", "storages": "storage", "hippo_events": "HiPPO event",
     "usage_records": "usage record", "gpu_factors": "GPU factor", "quotas": "quota",
     "quota_defaults": "quota defaults", "quota_notices": "quota notice",
-    "names": "user or group",
+    "names": "user or group", "role_grants": "role grant", "api_keys": "API key",
+    "requests": "request",
 }
 
 

@@ -149,12 +149,14 @@ async def send_alert_digest(store: Store, author: str | None, config: Config, *,
     last = await last_digest_run(ALERT_TARGET)
     since = now - timedelta(hours=alerts.lookback_hours)
     reported_stuck: set[str] = set()
+    escalated: set[str] = set()
     if last is not None:
         since = max(since, last.extra.get("until", last.started_at))
         reported_stuck = set(last.extra.get("stuck_keys", []))
+        escalated = set(last.extra.get("escalation_keys", []))
     digest = await build_digest(store, since=since, now=now,
                                 stuck_after=timedelta(minutes=alerts.stuck_after_minutes),
-                                already_stuck=reported_stuck)
+                                already_stuck=reported_stuck, already_escalated=escalated)
     if dry_run or not digest.total:
         return AlertResult(digest, sent=False, recorded=False)
     notifier = notifier or notifier_from_config(store, author, config)
@@ -167,7 +169,8 @@ async def send_alert_digest(store: Store, author: str | None, config: Config, *,
                       started_at=now, finished_at=utcnow(), status="ok",
                       counts=digest.counts(),
                       extra={"until": now, "to": list(alerts.to),
-                             "stuck_keys": sorted(digest.stuck_keys)})
+                             "stuck_keys": sorted(digest.stuck_keys),
+                             "escalation_keys": sorted(digest.escalation_keys)})
         async with store.exclusive():
             await run.insert()
     return AlertResult(digest, sent=sent, recorded=sent,

@@ -126,5 +126,6 @@ async def send_quota_notices(store: Store, author: str | None, config: Config, s
                     key=notice_key(site, s.kind, s.name, d.resource, threshold, s.start),
                     site=site, kind=s.kind, subject=s.name, resource=d.resource,
                     threshold=threshold, period_start=s.start,
-                    percent=d.usage.percent or 0.0, to=to).insert(session=session)
+                    percent=d.usage.percent or 0.0, to=to,
+                    noticed_epoch=int(now.timestamp())).insert(session=session)
     return report

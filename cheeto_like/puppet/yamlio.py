@@ -14,6 +14,8 @@ value).
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,11 @@ def load_file(path: str | Path, *, missing_ok: bool = True) -> Any:
 
 
 def _is_empty(value: Any) -> bool:
+    cls = type(value)
+    if cls is str or cls is int or cls is bool:
+        return False
+    if cls is dict or cls is list:  # skip the abstract-class check below (it is slow)
+        return not value
     return value is None or (isinstance(value, Mapping | list | tuple | set | frozenset)
                              and len(value) == 0)
 
@@ -76,9 +83,17 @@ def _is_empty(value: Any) -> bool:
 def prune(value: Any) -> Any:
     """Drop null, ``{}`` and ``[]`` recursively (a mapping emptied by pruning goes too),
     sort mapping keys and turn sets into sorted lists. ``False`` and ``0`` stay."""
-    if isinstance(value, Mapping):
+    cls = type(value)
+    if cls is str or cls is int or cls is bool:  # most values: nothing to do
+        return value
+    if cls is dict or isinstance(value, Mapping):
+        keys = list(value)
+        if all(type(k) is str for k in keys):
+            keys.sort()  # the same order as sorting by str(), without a call per key
+        else:
+            keys.sort(key=str)
         out = {}
-        for key in sorted(value, key=str):
+        for key in keys:
             item = prune(value[key])
             if not _is_empty(item):
                 out[key] = item
@@ -119,5 +134,123 @@ def dumps(data: Any) -> str:
     cleaned = prune(data)
     if _is_empty(cleaned):
         return "{}\n"
+    try:
+        return _fast_dump(cleaned)
+    except _Unsupported:
+        return _libyaml_dump(cleaned)
+
+
+def _libyaml_dump(cleaned: Any) -> str:
     return yaml.dump(_quote_long(cleaned), Dumper=_Dumper, default_flow_style=False,
                      sort_keys=False, width=WIDTH, allow_unicode=True)
+
+
+# -- the fast path --------------------------------------------------------------------------
+# A 20k-user site file is ~6 MB; PyYAML's representer (Python even with libyaml's emitter)
+# spent ~10 s on it. The shapes the exports produce (mappings with string keys, lists of
+# scalars or mappings, strings, ints, booleans) are written here directly, exactly as
+# PyYAML writes them; a string whose plain form is not obviously safe is rendered by
+# PyYAML itself (memoised), and any other shape falls back to PyYAML for the whole
+# document. tests/puppet/test_yamlio_fast.py compares both on generated data.
+
+
+class _Unsupported(Exception):
+    """A value the fast path does not write; ``dumps`` falls back to PyYAML."""
+
+
+# starts with a letter, _ or /, then no space, quote, colon, #, comma or bracket: never an
+# indicator, never read back as a number, date or merge key (those start otherwise)
+_PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./@+-]*")
+# ...except the YAML 1.1 booleans and nulls PyYAML resolves (case-insensitively, to be safe)
+_RESOLVED_WORDS = frozenset({"yes", "no", "true", "false", "on", "off", "null", "y", "n"})
+# ...and the same words joined by single spaces (full names): PyYAML writes those plain
+# too, and no YAML 1.1 resolver matches a value that starts with a letter and has a space
+_PLAIN_WORDS = re.compile(r"[A-Za-z_/][A-Za-z0-9_./@+-]*(?: [A-Za-z0-9_./@+-]+)+")
+_PRINTABLE_ASCII = re.compile(r"[ -~]*")
+
+
+@functools.lru_cache(maxsize=65536)
+def _rendered_by_pyyaml(value: str) -> str:
+    text = _libyaml_dump({"k": value})
+    if not text.startswith("k: ") or text.count("\n") != 1:
+        raise _Unsupported(value)
+    return text[3:-1]
+
+
+def _scalar(value: Any) -> str:
+    if type(value) is str and len(value) <= LONG_STRING:
+        if _PLAIN.fullmatch(value):
+            if value.lower() not in _RESOLVED_WORDS:
+                return value
+        elif _PLAIN_WORDS.fullmatch(value):
+            return value
+        return _rendered_by_pyyaml(value)
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if type(value) is int:
+        return str(value)
+    if type(value) is not str and not isinstance(value, str):
+        raise _Unsupported(type(value).__name__)
+    if len(value) > LONG_STRING:
+        if _PRINTABLE_ASCII.fullmatch(value) and '"' not in value and "\\" not in value:
+            return f'"{value}"'
+        return _rendered_by_pyyaml(str(value))
+    if _PLAIN.fullmatch(value) and value.lower() not in _RESOLVED_WORDS:
+        return value
+    return _rendered_by_pyyaml(str(value))
+
+
+def _key(value: Any) -> str:
+    if type(value) is str and value in _SAFE_KEYS:  # field names: checked once
+        return value
+    if (type(value) is str and _PLAIN.fullmatch(value)
+            and value.lower() not in _RESOLVED_WORDS):
+        if len(_SAFE_KEYS) < 4096:
+            _SAFE_KEYS.add(value)
+        return value
+    raise _Unsupported(repr(value))
+
+
+_SAFE_KEYS: set[str] = set()
+
+
+def _fast_mapping(data: Mapping[Any, Any], indent: int, out: list[str], *,
+                  inline_first: bool = False) -> None:
+    pad = " " * indent
+    lead = "" if inline_first else pad
+    for key, item in data.items():
+        name = _key(key)
+        cls = type(item)
+        if cls is str or cls is int or cls is bool:  # most values: no abstract-class check
+            out.append(f"{lead}{name}: {_scalar(item)}\n")
+        elif cls is dict or isinstance(item, Mapping):
+            out.append(f"{lead}{name}:\n")
+            _fast_mapping(item, indent + 2, out)
+        elif cls is list:
+            out.append(f"{lead}{name}:\n")
+            _fast_sequence(item, indent, out)  # PyYAML: a mapping's list is not indented
+        else:
+            out.append(f"{lead}{name}: {_scalar(item)}\n")
+        lead = pad
+
+
+def _fast_sequence(items: list[Any], indent: int, out: list[str]) -> None:
+    pad = " " * indent
+    for item in items:
+        if type(item) is dict or isinstance(item, Mapping):
+            out.append(f"{pad}- ")
+            _fast_mapping(item, indent + 2, out, inline_first=True)
+        elif isinstance(item, list | tuple | set | frozenset):
+            raise _Unsupported("a list in a list")
+        else:
+            out.append(f"{pad}- {_scalar(item)}\n")
+
+
+def _fast_dump(cleaned: Any) -> str:
+    if not isinstance(cleaned, Mapping):
+        raise _Unsupported(type(cleaned).__name__)
+    out: list[str] = []
+    _fast_mapping(cleaned, 0, out)
+    return "".join(out)

@@ -5,7 +5,13 @@
 - daemon tasks that ended FAILURE (``celery_taskmeta``) since the last digest, and
   finished tasks whose run took longer than the stuck threshold;
 - runs still marked ``running``, and leases (``SyncLease``: sync and task leases) held,
-  for longer than the threshold: stuck work. Each is reported once (``stuck_keys``).
+  for longer than the threshold: stuck work. Each is reported once (``stuck_keys``);
+- escalations: any run finished since the last digest may carry
+  ``extra.escalations`` (``[{key, kind, site, summary, fix}]``, e.g. the cluster
+  monitor's stalled jobs and nodes down too long); each key is reported once while it
+  stays present (``escalation_keys``), again only after it went away and came back;
+- quota thresholds: users and accounts sent a threshold notice since the last digest,
+  with the highest threshold passed (100 % or more: their new jobs are held in Slurm).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 
 from ..models import SyncLease, SyncRun
 from ..store import Store
+from .quota import ThresholdPassed, thresholds_passed
 
 TASKMETA_COLLECTION = "celery_taskmeta"
 ALERT_TARGETS_IGNORED = ("alerts",)
@@ -64,27 +71,52 @@ class AlertDigest:
     failed_tasks: list[TaskProblem] = field(default_factory=list)
     stuck_tasks: list[TaskProblem] = field(default_factory=list)  # newly stuck only
     stuck_keys: set[str] = field(default_factory=set)  # everything stuck now
+    escalations: list[dict[str, str]] = field(default_factory=list)  # new ones only
+    escalation_keys: set[str] = field(default_factory=set)  # everything escalated now
+    # quota thresholds passed since the last digest (from the notices sent; issue 13)
+    quota_thresholds: list[ThresholdPassed] = field(default_factory=list)
 
     @property
     def total(self) -> int:
         return (len(self.sync_failures) + len(self.guard_trips) + len(self.failed_tasks)
-                + len(self.stuck_tasks))
+                + len(self.stuck_tasks) + len(self.escalations)
+                + len(self.quota_thresholds))
 
     def counts(self) -> dict[str, int]:
         return {"sync_failures": len(self.sync_failures), "guard_trips": len(self.guard_trips),
-                "failed_tasks": len(self.failed_tasks), "stuck_tasks": len(self.stuck_tasks)}
+                "failed_tasks": len(self.failed_tasks), "stuck_tasks": len(self.stuck_tasks),
+                "escalations": len(self.escalations),
+                "quota_thresholds": len(self.quota_thresholds)}
 
     def template_vars(self) -> dict[str, Any]:
         return {"total": self.total, "since": _stamp(self.since), "now": _stamp(self.now),
                 "sync_failures": [vars(r) for r in self.sync_failures],
                 "guard_trips": [vars(r) for r in self.guard_trips],
                 "failed_tasks": [vars(t) for t in self.failed_tasks],
-                "stuck_tasks": [vars(t) for t in self.stuck_tasks]}
+                "stuck_tasks": [vars(t) for t in self.stuck_tasks],
+                "escalations": list(self.escalations),
+                "quota_thresholds": [{**vars(t), "blocked": t.blocked}
+                                     for t in self.quota_thresholds]}
 
     def as_dict(self) -> dict[str, Any]:
         return {"since": self.since, "now": self.now, "counts": self.counts(),
                 **{k: v for k, v in self.template_vars().items()
                    if k not in ("since", "now", "total")}}
+
+
+def _collect_escalations(digest: AlertDigest, doc: dict[str, Any],
+                         already: set[str]) -> None:
+    extra = doc.get("extra") or {}
+    for item in extra.get("escalations") or []:
+        if not isinstance(item, dict) or not item.get("key"):
+            continue
+        key = str(item["key"])
+        if key in digest.escalation_keys:
+            continue  # several runs since the last digest saw the same thing
+        digest.escalation_keys.add(key)
+        if key not in already:
+            digest.escalations.append({k: str(item.get(k) or "") for k in
+                                       ("key", "kind", "site", "summary", "fix")})
 
 
 async def last_digest_run(target: str) -> SyncRun | None:
@@ -119,8 +151,9 @@ def _duration(result: Any) -> float | None:
 
 async def build_digest(store: Store, *, since: datetime, now: datetime,
                        stuck_after: timedelta, already_stuck: set[str] | None = None,
-                       ) -> AlertDigest:
+                       already_escalated: set[str] | None = None) -> AlertDigest:
     already_stuck = already_stuck or set()
+    already_escalated = already_escalated or set()
     digest = AlertDigest(since=since, now=now)
     stale = now - stuck_after
 
@@ -129,6 +162,7 @@ async def build_digest(store: Store, *, since: datetime, now: datetime,
     async for doc in runs.find({"finished_at": {"$gte": since}}, {"items": 0}):
         if doc.get("target") in ALERT_TARGETS_IGNORED:
             continue
+        _collect_escalations(digest, doc, already_escalated)
         problem = RunProblem(str(doc["_id"]), str(doc.get("target")), str(doc.get("site")),
                              _stamp(_aware(doc.get("started_at"))), doc.get("error"))
         if doc.get("status") in ("failed", "crashed"):
@@ -174,4 +208,5 @@ async def build_digest(store: Store, *, since: datetime, now: datetime,
     for items in (digest.sync_failures, digest.guard_trips):
         items.sort(key=lambda r: (r.started_at, r.target, r.site))
     digest.failed_tasks.sort(key=lambda t: t.at)
+    digest.quota_thresholds = await thresholds_passed(since, now)
     return digest

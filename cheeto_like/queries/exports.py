@@ -14,10 +14,11 @@ from typing import Any
 from beanie.operators import In
 
 from ..constants import DEFAULT_SYSTEM_EMAIL
-from ..models import Site, SshKey, Storage, User, UserSiteInfo
+from ..models import Site, SshKey, User, UserSiteInfo
+from ..models.base import columns
 from .site import get_site
-from .storage import resolve_storages
-from .user import effective_access, effective_status
+from .storage import site_storages
+from .user import effective_status
 
 DEFAULT_SYMPA_IGNORE = frozenset({DEFAULT_SYSTEM_EMAIL})
 PERMISSIONS = {"home": "0770", "group": "2770", "share": "2775"}
@@ -33,24 +34,38 @@ class RootKeyBlock:
     entries: tuple[str, ...]
 
 
+ROOT_SSH = "root-ssh"
+
+
 async def root_key_blocks(site: str | None = None) -> list[RootKeyBlock]:
     """Admins with effective ``root-ssh`` (at ``site``, which they must be on; globally
-    when no site is given) and at least one key, ordered by name."""
-    admins = await User.find({"type": "admin"}).sort(+User.name).to_list()
-    if site is not None:
-        await get_site(site)
-        usis = {u.user: u for u in await UserSiteInfo.find({"site": site}).to_list()}
-        admins = [u for u in admins if u.name in usis
-                  and "root-ssh" in effective_access(u, usis[u.name])]
+    when no site is given) and at least one key, ordered by name.
+
+    Reads the admins (a few dozen, by the ``type`` index), their own records at the site
+    and the holders' keys, projected: nothing about the site's other people. The first
+    version parsed every membership of the site to find its admins (10k users: over a
+    second per request). Reads go through ``columns`` (an aggregation): on the embedded
+    store a ``$match`` with ``$in`` runs in SQL there, 2-4x faster than the same ``find``.
+    """
+    admins = {u["name"]: u for u in await columns(User, {"type": "admin"},
+                                                   "name", "email", "access")}
+    if site is None:
+        holders = sorted(n for n, u in admins.items() if ROOT_SSH in (u["access"] or ()))
     else:
-        admins = [u for u in admins if "root-ssh" in u.access]
-    keys: dict[str, list[SshKey]] = {}
-    if admins:
-        for key in await SshKey.find(In(SshKey.user, [u.name for u in admins])).sort(
-                +SshKey.created_at).to_list():
-            keys.setdefault(key.user, []).append(key)
-    return [RootKeyBlock(u.name, u.email, tuple(k.authorized_keys_entry() for k in keys[u.name]))
-            for u in admins if keys.get(u.name)]
+        await get_site(site)
+        records = await columns(UserSiteInfo, {"site": site, "user": {"$in": sorted(admins)}},
+                                "user", "access") if admins else []
+        # queries.user.effective_access: a non-empty override replaces the global list
+        holders = sorted(r["user"] for r in records if r["user"] in admins
+                         and ROOT_SSH in (r["access"] or admins[r["user"]]["access"] or ()))
+    keys: dict[str, list[str]] = {}
+    if holders:
+        found = await columns(SshKey, {"user": {"$in": holders}}, "user", "key", "created_at")
+        for key in sorted(found, key=lambda k: k["created_at"]):  # stable: ties keep order
+            entry = SshKey.model_construct(user=key["user"], key=key["key"])
+            keys.setdefault(key["user"], []).append(entry.authorized_keys_entry())
+    return [RootKeyBlock(name, admins[name]["email"], tuple(keys[name]))
+            for name in holders if keys.get(name)]
 
 
 def root_keys_text(blocks: Iterable[RootKeyBlock]) -> str:
@@ -91,10 +106,9 @@ async def storage_export(site: str) -> dict[str, Any]:
     out. Hosts and entries are sorted.
     """
     found: Site = await get_site(site)
-    storages = await Storage.find({"site": found.name}).to_list()
     out: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {
         kind: {cat: {} for cat in ("user", "group", "share")} for kind in ("zfs", "nfs")}
-    for r in sorted(await resolve_storages(storages), key=lambda r: r.storage.name):
+    for r in sorted(await site_storages(found.name), key=lambda r: r.storage.name):
         if r.volume.backend != "zfs":
             continue
         options, ranges = r.export_config()

@@ -10,15 +10,14 @@ members; the legacy consumer never did). A fixed number of queries, whatever the
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
+import posixpath
 from typing import Any
 
-from beanie.operators import In
-
-from ..models import Group, GroupMembership, SlurmAccount, Storage, User, UserSiteInfo
+from ..constants import DEFAULT_SHELL
+from ..models import Group, GroupMembership, SlurmAccount, User, UserSiteInfo
+from ..models.base import columns, rows
 from .site import get_site
-from .storage import ResolvedStorage, resolve_storages
-from .user import effective_access
+from .storage import ResolvedStorage, site_storages
 
 ACCESS_TAGS = {"compute-ssh": "ssh-tag", "root-ssh": "root-ssh-tag", "sudo": "sudo-tag"}
 
@@ -36,35 +35,48 @@ def _group_storage(r: ResolvedStorage) -> dict[str, Any]:
             "zfs": _zfs(r), "globus": r.storage.globus}
 
 
-def _user_record(user: User, usi: UserSiteInfo, *, groups: list[str], sudo: list[str],
-                 accounts: list[str], home: ResolvedStorage | None) -> dict[str, Any]:
-    tags = sorted({ACCESS_TAGS[a] for a in effective_access(user, usi) if a in ACCESS_TAGS}
-                  | ({"system-tag"} if user.type == "system" else set()))
-    expiry = usi.expires_at or user.expires_at
+USER_FIELDS = ("name", "fullname", "email", "uid", "gid", "password", "shell",
+               "home_directory", "type", "access", "expires_at")
+
+
+def _user_record(user: dict[str, Any], usi: dict[str, Any], *, groups: list[str],
+                 sudo: list[str], accounts: list[str],
+                 home: ResolvedStorage | None) -> dict[str, Any]:
+    """One user's entry from projected rows (``models.base.columns``; raw rows hold
+    bson's ``Int64`` for ids past 2**31, hence the ``int()``)."""
+    access = usi.get("access") or user.get("access") or ()  # queries.user.effective_access
+    tags = sorted({ACCESS_TAGS[a] for a in access if a in ACCESS_TAGS}
+                  | ({"system-tag"} if user.get("type") == "system" else set()))
+    expiry = usi.get("expires_at") or user.get("expires_at")
     record: dict[str, Any] = {
-        "fullname": user.fullname, "email": user.email, "uid": user.uid, "gid": user.gid,
-        "password": user.password, "shell": user.shell, "home": user.home_directory,
+        "fullname": user["fullname"], "email": user["email"], "uid": int(user["uid"]),
+        "gid": int(user["gid"]), "password": user.get("password"),
+        "shell": user.get("shell") or DEFAULT_SHELL, "home": user["home_directory"],
         "groups": groups, "group_sudo": sudo, "tag": tags,
         "expiry": expiry.date().isoformat() if expiry else None,
         "slurm": {"account": accounts} if accounts else None,
     }
     if home is not None:
         record["storage"] = {"autofs": {"nas": home.host,
-                                        "path": str(PurePosixPath(home.host_path).parent)},
+                                        "path": posixpath.dirname(home.host_path)},
                              "zfs": _zfs(home)}
     return record
 
 
 async def site_to_puppet_legacy(site_name: str) -> dict[str, Any]:
     """``{"user": {...}, "group": {...}, "share": {...}}`` as plain data (see module doc);
-    empty values are left in: ``puppet.yamlio.dumps`` drops them."""
+    empty values are left in: ``puppet.yamlio.dumps`` drops them.
+
+    Site-wide reads are projected columns, not models (a 20k-user site parsed ~100k
+    documents into beanie models: ~30 s; now a few seconds, mostly the YAML)."""
     site = await get_site(site_name)
-    usis = {u.user: u for u in await UserSiteInfo.find({"site": site.name}).to_list()}
-    users = {u.name: u for u in await User.find(In(User.name, list(usis))).to_list()}
-    edges = await GroupMembership.find({"site": site.name}).to_list()
-    accounts = {a.group for a in await SlurmAccount.find({"site": site.name}).to_list()}
-    storages = [r for r in await resolve_storages(
-        await Storage.find({"site": site.name}).to_list()) if r.automount_map is not None]
+    usis = {u["user"]: u for u in await columns(UserSiteInfo, {"site": site.name}, "user",
+                                                 "access", "expires_at")}
+    users = {u["name"]: u for u in await columns(User, {}, *USER_FIELDS)
+             if u["name"] in usis}
+    edges = await columns(GroupMembership, {"site": site.name}, "user", "group", "roles")
+    accounts = {a["group"] for a in await rows(SlurmAccount, {"site": site.name}, "group")}
+    storages = [r for r in await site_storages(site.name) if r.automount_map is not None]
     homes = {r.storage.owner: r for r in storages if r.storage.category == "home"}
     group_storages = [r for r in storages if r.storage.category == "group"]
     sticky = list(site.group.sticky)
@@ -74,10 +86,11 @@ async def site_to_puppet_legacy(site_name: str) -> dict[str, Any]:
     slurmers: dict[str, list[str]] = {}
     sponsors: dict[str, list[str]] = {}
     for edge in edges:
+        roles = edge["roles"] or ()
         for role, table in (("member", members), ("sudoer", sudoers), ("slurmer", slurmers),
                             ("sponsor", sponsors)):
-            if role in edge.roles:
-                table.setdefault(edge.user, []).append(edge.group)
+            if role in roles:
+                table.setdefault(edge["user"], []).append(edge["group"])
     sponsors_of: dict[str, list[str]] = {}
     for user, groups in sponsors.items():
         for group in groups:
@@ -93,21 +106,22 @@ async def site_to_puppet_legacy(site_name: str) -> dict[str, Any]:
                                           sudo=sorted(set(sudoers.get(name, []))),
                                           accounts=sorted(reach), home=homes.get(name))
 
-    wanted = ({e.group for e in edges} | set(sticky) | accounts
+    wanted = ({e["group"] for e in edges} | set(sticky) | accounts
               | {r.storage.group for r in group_storages})
-    groups = await Group.find({"$or": [{"name": {"$in": sorted(wanted)}},
-                                       {"type": {"$in": ["access", "status"]}}]}).to_list()
-    personal = {(u.name, u.gid) for u in users.values()}
+    groups = [g for g in await columns(Group, {}, "name", "gid", "type")
+              if g["name"] in wanted or g["type"] in ("access", "status")]
+    personal = {(u["name"], u["gid"]) for u in users.values()}
     storages_of: dict[str, list[dict[str, Any]]] = {}
     for r in sorted(group_storages, key=lambda r: r.storage.name):
         storages_of.setdefault(r.storage.group, []).append(_group_storage(r))
     group_records = {}
-    for group in sorted(groups, key=lambda g: g.name):
-        if (group.name, group.gid) in personal:
+    for group in sorted(groups, key=lambda g: g["name"]):
+        name = group["name"]
+        if (name, group["gid"]) in personal:
             continue
-        group_records[group.name] = {
-            "gid": group.gid, "sponsors": sorted(set(sponsors_of.get(group.name, []))),
-            "storage": storages_of.get(group.name, [])}
+        group_records[name] = {
+            "gid": int(group["gid"]), "sponsors": sorted(set(sponsors_of.get(name, []))),
+            "storage": storages_of.get(name, [])}
 
     shares = {r.storage.name: {"storage": {
         "owner": r.storage.owner, "group": r.storage.group,

@@ -8,12 +8,18 @@ period, and the previous periods of those that carry over).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..models.quota import Quota, QuotaAdjustment, QuotaDefaults, previous_window
+from ..models.quota import (
+    Quota,
+    QuotaAdjustment,
+    QuotaDefaults,
+    QuotaNotice,
+    previous_window,
+)
 from ..models.usage import FactorTable
 from .usage import used_by
 
@@ -100,9 +106,11 @@ class _Limits:
 
 async def quota_status(site: str, now: datetime, *, user: str | None = None,
                        account: str | None = None,
-                       reserved: Reserved = NO_RESERVATIONS) -> list[QuotaStatus]:
+                       reserved: Reserved = NO_RESERVATIONS,
+                       also: Iterable[tuple[str, str]] = ()) -> list[QuotaStatus]:
     """The status of one subject, or (neither given) of every user and account that has
-    a quota or used anything in the defaults' current period."""
+    a quota or used anything in the defaults' current period, plus the ``also``
+    subjects ((kind, name); the Slurm sync passes everyone it associates)."""
     quotas = {(("user", q.user) if q.user is not None else ("account", q.account)): q
               for q in await Quota.find({"site": site}).to_list()}
     defaults = await QuotaDefaults.find_one({"site": site})
@@ -114,7 +122,7 @@ async def quota_status(site: str, now: datetime, *, user: str | None = None,
     elif account is not None:
         subjects = [("account", account)]
     else:
-        subjects = list(quotas)
+        subjects = list(dict.fromkeys([*quotas, *also]))
     limits = {s: _limits_of(s, quotas.get(s), defaults, now) for s in subjects}
     usage = _UsageCache(site)
     if user is None and account is None:  # everyone who used the site this period
@@ -200,3 +208,92 @@ class _UsageCache:
             self.cache[key] = await used_by(self.site, window[0], window[1], kind,
                                             None if name is None else [name])
         return self.cache[key]
+
+
+@dataclass(frozen=True)
+class ThresholdPassed:
+    """A subject that passed a quota threshold (its highest one) since a time: a line of
+    the operator digest."""
+
+    site: str
+    kind: str
+    name: str
+    resource: str
+    threshold: int
+    percent: float
+    period_start: str
+    notified: str  # who was told
+
+    @property
+    def blocked(self) -> bool:
+        return self.threshold >= 100
+
+
+async def thresholds_passed(since: datetime, now: datetime) -> list[ThresholdPassed]:
+    """Every (site, subject, resource) that was sent a threshold notice in [since, now),
+    with the highest threshold passed; one query (``noticed_epoch``, an integer)."""
+    found = await QuotaNotice.find({"noticed_epoch": {"$gte": int(since.timestamp()),
+                                                      "$lt": int(now.timestamp())}}).to_list()
+    top: dict[tuple[str, str, str, str], QuotaNotice] = {}
+    for notice in found:
+        key = (notice.site, notice.kind, notice.subject, notice.resource)
+        if key not in top or notice.threshold > top[key].threshold:
+            top[key] = notice
+    return [ThresholdPassed(n.site, n.kind, n.subject, n.resource, n.threshold,
+                            round(n.percent, 1), f"{n.period_start:%Y-%m-%d}",
+                            ", ".join(n.to) or "nobody")
+            for _, n in sorted(top.items())]
+
+
+@dataclass(frozen=True)
+class AccountSummary:
+    """One account's line of the platform summary (hours; percent of the quota)."""
+
+    account: str
+    source: str
+    period: str
+    cpu_used_h: float
+    cpu_quota_h: float | None
+    cpu_percent: float | None
+    gpu_used_h: float
+    gpu_quota_h: float | None
+    gpu_percent: float | None
+
+    @property
+    def blocked(self) -> bool:
+        """Out of CPU or GPU minutes: the Slurm sync holds its members' new jobs."""
+        return any(p is not None and p >= 100 and q is not None
+                   for p, q in ((self.cpu_percent, self.cpu_quota_h),
+                                (self.gpu_percent, self.gpu_quota_h)))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**vars(self), "blocked": self.blocked}
+
+
+SUMMARY_COLUMNS = ("account", "source", "period", "cpu_used_h", "cpu_quota_h",
+                   "cpu_percent", "gpu_used_h", "gpu_quota_h", "gpu_percent", "blocked")
+
+
+async def platform_summary(site: str, now: datetime,
+                           accounts: Iterable[str] = ()) -> list[AccountSummary]:
+    """Every account at ``site`` (``accounts``: the site's Slurm accounts, listed even
+    without a quota or usage) with used, quota and percent, the fullest first (by the
+    higher of its CPU and GPU percent; accounts without any quota last, by usage)."""
+    statuses = await quota_status(site, now, also=[("account", a) for a in accounts])
+    rows = []
+    for st in statuses:
+        if st.kind != "account":
+            continue
+
+        def hours(value: float | None) -> float | None:
+            return None if value is None else round(value / 60, 2)
+
+        rows.append(AccountSummary(
+            st.name, st.source, st.period, round(st.cpu.used / 60, 2), hours(st.cpu.quota),
+            st.cpu.percent, round(st.gpu.used / 60, 2), hours(st.gpu.quota), st.gpu.percent))
+
+    def order(row: AccountSummary) -> tuple[float, float, str]:
+        percents = [p for p in (row.cpu_percent, row.gpu_percent) if p is not None]
+        return (-max(percents) if percents else 1.0, -(row.cpu_used_h + row.gpu_used_h),
+                row.account)
+    return sorted(rows, key=order)

@@ -7,6 +7,7 @@ and the CLI compute host paths, quotas, mount paths and options without further 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -15,8 +16,9 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 
 from ..errors import NotFound
 from ..models import AutomountMap, Group, StaticMount, Storage, StorageVolume, User
-from ..models.base import select, select_one
+from ..models.base import columns, select, select_one
 from ..models.storage import (
+    StorageAllocation,
     mount_options,
     mount_path,
     storage_host_path,
@@ -29,8 +31,8 @@ Session = AsyncClientSession | None
 
 @dataclass(frozen=True)
 class ResolvedStorage:
-    storage: Storage
-    volume: StorageVolume
+    storage: Storage | StorageRow  # rows: the site-wide exports (``site_storages``)
+    volume: StorageVolume | VolumeRow
     automount_map: AutomountMap | None = None
     static_mount: StaticMount | None = None
     static_volume: StorageVolume | None = None
@@ -117,6 +119,135 @@ async def resolve_storages(storages: Iterable[Storage],
         resolved.append(ResolvedStorage(
             s, volume, maps.get((s.site, s.automount_map)) if s.automount_map else None,
             static, volumes.get((s.site, static.volume)) if static and static.volume else None))
+    return resolved
+
+
+STORAGE_FIELDS = ("name", "site", "category", "owner", "group", "volume", "subpath",
+                  "nfs_export", "automount_map", "mount_name", "mount_overrides",
+                  "static_mount", "globus")
+VOLUME_FIELDS = ("name", "backend", "zfs", "host", "host_path", "allocations", "nfs_export")
+
+
+@dataclass(frozen=True, slots=True)
+class _Allocation:
+    quota: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Overrides:
+    options: list[str]
+    add_options: list[str]
+    remove_options: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Export:
+    export_options: str
+    export_ranges: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Zfs:
+    dataset_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class StorageRow:
+    """The fields of a ``Storage`` the exports and path math read, from a raw row."""
+
+    name: str
+    site: str
+    category: str
+    owner: str
+    group: str
+    volume: str
+    subpath: str
+    nfs_export: _Export | None
+    automount_map: str | None
+    mount_name: str
+    mount_overrides: _Overrides
+    static_mount: str | None
+    globus: bool
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeRow:
+    """The fields of a ``StorageVolume`` the exports and path math read, from a raw row;
+    its quota is the model's own property code."""
+
+    name: str
+    backend: str
+    zfs: _Zfs | None
+    host: str
+    host_path: str
+    allocations: list[_Allocation]
+    nfs_export: _Export | None
+
+    quota: str | None  # the model's ``quota``, worked out once per allocation list
+
+
+@functools.lru_cache(maxsize=1024)
+def _quota_of(quotas: tuple[str, ...]) -> str | None:
+    """``StorageVolume.quota`` for these allocations (a site has few distinct lists, and
+    parsing 20k identical ``20G`` strings into Decimals was a second of an export)."""
+    return StorageVolume.model_construct(
+        allocations=[StorageAllocation.model_construct(quota=q) for q in quotas]).quota
+
+
+def _export(value: dict[str, Any] | None) -> _Export | None:
+    if value is None:
+        return None
+    return _Export(value.get("export_options") or "", list(value.get("export_ranges") or ()))
+
+
+def _storage(row: dict[str, Any]) -> StorageRow:
+    overrides = row.get("mount_overrides") or {}
+    return StorageRow(
+        row["name"], row["site"], row["category"], row["owner"], row["group"], row["volume"],
+        row.get("subpath") or "", _export(row.get("nfs_export")), row.get("automount_map"),
+        row.get("mount_name") or "",
+        _Overrides(list(overrides.get("options") or ()),
+                   list(overrides.get("add_options") or ()),
+                   list(overrides.get("remove_options") or ())),
+        row.get("static_mount"), bool(row.get("globus")))
+
+
+def _volume(row: dict[str, Any]) -> VolumeRow:
+    zfs = row.get("zfs")
+    allocations = [_Allocation(a["quota"]) for a in row.get("allocations") or ()]
+    return VolumeRow(row["name"], row["backend"],
+                     None if zfs is None else _Zfs(zfs.get("dataset_name") or ""),
+                     row["host"], row["host_path"], allocations,
+                     _export(row.get("nfs_export")),
+                     _quota_of(tuple(a.quota for a in allocations)))
+
+
+async def site_storages(site: str, session: Session = None) -> list[ResolvedStorage]:
+    """Every storage of a site, resolved, for the site-wide exports (storage map, puppet).
+
+    Built from raw columns (``models.base.columns``) into ``StorageRow``/``VolumeRow``:
+    the rows were validated when they were written, and a 20k-user site (20k home
+    storages, 40k volumes) took ~10 s to parse into beanie models (``model_construct``
+    still ~5 s). Derived values come from the same pure functions (``models/storage.py``)
+    as everywhere else; those only read the fields the rows carry.
+    """
+    storages = [_storage(r) for r in await columns(Storage, {"site": site}, *STORAGE_FIELDS,
+                                                   session=session)]
+    volumes = {v.name: v for v in map(_volume, await columns(
+        StorageVolume, {"site": site}, *VOLUME_FIELDS, session=session))}
+    maps = {m.name: m for m in await AutomountMap.find({"site": site},
+                                                       session=session).to_list()}
+    statics = {m.name: m for m in await StaticMount.find({"site": site},
+                                                         session=session).to_list()}
+    resolved = []
+    for s in storages:
+        volume = volumes.get(s.volume)
+        if volume is None:
+            raise NotFound(f"storage {s.name!r} at {s.site}: volume {s.volume!r} is missing")
+        static = statics.get(s.static_mount) if s.static_mount else None
+        resolved.append(ResolvedStorage(
+            s, volume, maps.get(s.automount_map) if s.automount_map else None,
+            static, volumes.get(static.volume) if static and static.volume else None))
     return resolved
 
 

@@ -18,12 +18,21 @@ write's outcome. The apply:
   recording every outcome; skips the deletes when anything before them failed, and stops
   early when the directory becomes unreachable;
 - never raises halfway: the run ends ``ok`` or ``failed`` with the full report.
-Afterwards each record whose writes all succeeded gets this site's watermark
-(``ldap.synced.<site>``, via ``$currentDate``); a record whose ``ldap.modified_at`` moved
-while the run was in flight is marked dirty again, so a mid-run edit is never lost. A
-user who left the site loses the site's watermark once their memberships are gone. At
-most one applying run per site holds the ``ldap:<site>`` lease; it stops before its
-next write if the lease was lost.
+Afterwards a whole-site run (users, groups, automounts and the prune) writes the site's
+mark (``sync/ldap_mark.py``): one document saying as of when the directory matched the
+store (the store's clock, taken before the run read anything, so a mid-run edit stays
+dirty), which records failed (still dirty) and what the run left in the directory. Any
+other applying run stamps each record whose writes all succeeded (``ldap.synced.<site>``,
+via ``$currentDate``); a record whose ``ldap.modified_at`` moved while the run was in
+flight is marked dirty again. A user who left the site loses the site's stamp once their
+memberships are gone.
+
+An incremental whole-site run with a mark first compares the store's fingerprint (counts,
+latest change times, data generations: a constant number of one-row aggregations) with
+the mark's: equal means nothing changed and the run reads nothing else. Otherwise it
+reads light columns of the site's records, builds only the entries that changed, and
+reads only those from the directory (``ldap_actual``). At most one applying run per site
+holds the ``ldap:<site>`` lease; it stops before its next write if the lease was lost.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .. import progress
@@ -51,7 +60,27 @@ from ..queries.user import get_user, user_sites
 from ..store import Store
 from .ldap_actual import actual_state, parse_entry, read_memberships
 from .ldap_desired import DesiredState, desired_state
-from .ldap_plan import SEQUENTIAL_BATCHES, Change, Plan, Scope, entry_mods, focus, plan
+from .ldap_mark import (
+    SiteMark,
+    fingerprint,
+    is_clean,
+    key_text,
+    read_mark,
+    store_clock_ms,
+    window_of,
+    write_mark,
+)
+from .ldap_plan import (
+    PRUNE_KINDS,
+    SEQUENTIAL_BATCHES,
+    Change,
+    Focus,
+    Plan,
+    Scope,
+    entry_mods,
+    focus,
+    plan,
+)
 from .ldap_state import GROUP_ATTRS, USER_ATTRS, Layout, RecordKey
 from .lease import Held, holder_name, maybe_lease
 from .report import ItemOutcomes
@@ -74,6 +103,8 @@ class Report(ItemOutcomes):
     writes: dict[str, int] = field(default_factory=dict)
     watermarked: int = 0
     redirtied: int = 0
+    watermark_writes: int = 0  # store writes of the watermark phase
+    unchanged: bool = False    # the fingerprint matched the site's mark: nothing was read
     guard_exceeded: bool = False
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
 
@@ -84,7 +115,8 @@ class Report(ItemOutcomes):
     def as_dict(self) -> dict[str, Any]:
         return {"run": self.run_id, "dry_run": self.dry_run, **self.plan.as_dict(),
                 "applied_writes": self.writes, "watermarked": self.watermarked,
-                "redirtied": self.redirtied, "timings": self.timings, "tally": self.tally(),
+                "redirtied": self.redirtied, "watermark_writes": self.watermark_writes,
+                "unchanged": self.unchanged, "timings": self.timings, "tally": self.tally(),
                 "failed": [i.model_dump() for i in self.failed]}
 
 
@@ -185,12 +217,28 @@ def _same_instant(a: Any, b: datetime) -> bool:
     return isinstance(a, datetime) and a.tzinfo is not None and a == b
 
 
+async def _ids(collection_name: str, site: str, names: list[str]) -> dict[str, str]:
+    """natural key (``Record.id``) -> ``_id`` for the named records."""
+    model = _COLLECTIONS[collection_name]
+    if collection_name != "storages":
+        found = await model.get_pymongo_collection().find(
+            {"name": {"$in": names}}, {"name": 1}).to_list()
+        return {row["name"]: row["_id"] for row in found}
+    wanted = set(names)
+    found = await model.get_pymongo_collection().find(
+        {"name": {"$in": sorted({n.partition("/")[2] for n in names})}},
+        {"name": 1, "site": 1, "category": 1}).to_list()
+    return {key: row["_id"] for row in found if row.get("site") == site
+            and (key := f"{row.get('category')}/{row['name']}") in wanted}
+
+
 async def write_watermarks(store: Store, desired: DesiredState,
                            records: Iterable[RecordKey]) -> tuple[int, int]:
     """Stamp ``ldap.synced.<site>`` on the records (``$currentDate``: the embedded store
     keeps a ``$set`` datetime as a string), drop it from users who left the site, then
     drop it again from any record changed since this run read it, which keeps that record
-    dirty. Returns (stamped, re-dirtied)."""
+    dirty. Returns (stamped, re-dirtied). Runs that cover part of a site use this; a
+    whole-site run writes the site's mark instead (``write_site_mark``)."""
     path = f"ldap.synced.{desired.site}"
     stamp: dict[str, list[tuple[str, datetime]]] = {}
     unstamp: list[str] = []
@@ -204,12 +252,13 @@ async def write_watermarks(store: Store, desired: DesiredState,
             stamp.setdefault(record.collection, []).append((record.id, record.modified_at))
     stamped = redirtied = 0
     async with store.exclusive():
-        for collection_name, rows in stamp.items():
+        for collection_name, named in stamp.items():
             collection = _COLLECTIONS[collection_name].get_pymongo_collection()
-            snapshot = dict(rows)
-            ids = sorted(snapshot)
-            for start in range(0, len(ids), WATERMARK_CHUNK):
-                chunk = ids[start:start + WATERMARK_CHUNK]
+            ids = await _ids(collection_name, desired.site, [n for n, _ in named])
+            snapshot = {ids[n]: when for n, when in named if n in ids}
+            order = sorted(snapshot)
+            for start in range(0, len(order), WATERMARK_CHUNK):
+                chunk = order[start:start + WATERMARK_CHUNK]
                 await collection.update_many({"_id": {"$in": chunk}},
                                              {"$currentDate": {path: True}})
                 stamped += len(chunk)
@@ -223,9 +272,55 @@ async def write_watermarks(store: Store, desired: DesiredState,
         if unstamp:
             users = User.get_pymongo_collection()
             for start in range(0, len(unstamp), WATERMARK_CHUNK):
-                await users.update_many({"_id": {"$in": unstamp[start:start + WATERMARK_CHUNK]}},
-                                        {"$unset": {path: ""}})
+                await users.update_many({"name": {"$in": unstamp[start:start + WATERMARK_CHUNK]},
+                                         path: {"$exists": True}}, {"$unset": {path: ""}})
     return stamped, redirtied
+
+
+def _whole_site(scope: Scope) -> bool:
+    """Runs that write the site's mark: every kind, the full prune, no single record."""
+    return (scope.only_users is None and scope.only_groups is None and not scope.bootstrap
+            and {"users", "groups", "automounts", "prune"} <= scope.kinds
+            and set(PRUNE_KINDS) <= scope.prune)
+
+
+async def write_site_mark(store: Store, desired: DesiredState, planned: Plan,
+                          items: list[SyncItem], previous: SiteMark | None, through_ms: int,
+                          print_: dict[str, Any]) -> tuple[int, int]:
+    """After a whole-site run: the site's mark (one write) and the per-record stamps of
+    users who left the site (dropped). Returns (records covered, store writes)."""
+    bad: set[RecordKey] = set()
+    rosters = {"users": set(desired.users), "groups": set(desired.groups),
+               "automounts": {f"{m}/{k}" for m, k in desired.automounts}}
+    kinds = {"user": "users", "group": "groups", "automount": "automounts"}
+    for index, change in enumerate(planned.changes):  # apply_plan keeps the plan's order
+        if index < len(items) and items[index].outcome == "ok":
+            continue
+        bad.update(change.records)
+        kind, _, name = change.label.partition(" ")
+        roster = rosters.get(kinds.get(kind, ""))
+        if roster is None or change.mods:  # containers, or a modify (the entry is there)
+            continue
+        if change.op == "delete":
+            roster.add(name)      # still there: the next run deletes it again
+        else:
+            roster.discard(name)  # an add or recreation that failed: maybe missing
+    for user in desired.former_users:
+        if ("user", user) in bad:
+            rosters["users"].add(user)  # memberships still to drop
+    mark = SiteMark(
+        site=desired.site, through_ms=through_ms,
+        window=window_of(((k, r.modified_at) for k, r in desired.records.items()), through_ms),
+        pending=frozenset(key_text(k) for k in bad),
+        rosters={k: frozenset(v) for k, v in rosters.items()}, fingerprint=print_)
+    writes = 1
+    async with store.exclusive():
+        await write_mark(mark, previous)
+    left = [("user", u) for u in desired.former_users if ("user", u) not in bad]
+    if left:
+        await write_watermarks(store, desired, left)
+        writes += 1
+    return len(desired.records) - len(bad & set(desired.records)), writes
 
 
 # -- runs ---------------------------------------------------------------------------------------
@@ -308,7 +403,22 @@ async def _run(store: Store, config: LDAPConfig, site: str, *, scope: Scope,
         for group in sorted(scope.only_groups or ()):
             await get_group(group)
         clock = _Clock()
-        desired = await desired_state(site, config)
+        whole = _whole_site(scope)
+        mark = await read_mark(site)
+        incremental = mark is not None and not (scope.full or scope.force or scope.bootstrap)
+        through_ms = await store_clock_ms(site) if whole and not dry_run else None
+        print_: dict[str, Any] = {}
+        if whole and (incremental or not dry_run):
+            print_ = await fingerprint(site, (await get_site(site)).updated_at)
+        if whole and incremental and mark is not None and not mark.pending \
+                and print_ == dict(mark.fingerprint):
+            clock.lap("desired")
+            report = Report(Plan(site, (), Focus()), dry_run=dry_run, run_id=sync_run.id,
+                            timings=clock.laps, unchanged=True)
+            sync_run.extra["unchanged"] = True
+            sync_run.status = "ok"
+            return report
+        desired = await desired_state(site, config, mark=mark, incremental=incremental)
         clock.lap("desired")
         if scope.bootstrap and not desired.special_groups:
             raise InvalidInput(f"no access or status groups to create; {SEED_HINT}")
@@ -334,8 +444,13 @@ async def _run(store: Store, config: LDAPConfig, site: str, *, scope: Scope,
                                                 journal=RunJournal(store, sync_run))
                 report.writes = dict(Counter(connected.writes) - before)
                 clock.lap("apply")
-                report.watermarked, report.redirtied = await write_watermarks(
-                    store, desired, _succeeded(desired, planned, report.items))
+                if whole and through_ms is not None:
+                    report.watermarked, report.watermark_writes = await write_site_mark(
+                        store, desired, planned, report.items, mark, through_ms, print_)
+                else:
+                    report.watermarked, report.redirtied = await write_watermarks(
+                        store, desired, _succeeded(desired, planned, report.items))
+                    report.watermark_writes = report.watermarked
                 clock.lap("watermarks")
         sync_run.status = "ok" if report.ok else "failed"
         if held is not None and held.lost is not None:
@@ -509,9 +624,30 @@ async def _delete_in_bands(order: list[str], directory: Directory,
 # -- inspection (``ng ldap show …``) --------------------------------------------------------
 
 
-def _watermarks(info: Any, sites: Iterable[str]) -> dict[str, dict[str, Any]]:
-    return {s: {"synced_at": info.synced.get(s), "dirty": info.needs_sync(s)}
-            for s in sorted(set(sites) | set(info.synced))}
+async def _watermarks(kind: str, name: str, info: Any,
+                      sites: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Per site: when the record was last brought up to date there (its own stamp, or
+    the site's mark when that covers it) and whether it is dirty."""
+    found: dict[str, dict[str, Any]] = {}
+    for site in sorted(set(sites) | set(info.synced)):
+        mark = await read_mark(site)
+        own = info.synced.get(site)
+        covered = mark is not None and mark.covers((kind, name), info.modified_at)
+        when = own
+        if covered and mark is not None:
+            through = datetime.fromtimestamp(mark.through_ms / 1000, UTC)
+            when = through if own is None else max(own, through)
+        found[site] = {"synced_at": when,
+                       "dirty": not is_clean((kind, name), info.modified_at, own, mark)}
+    return found
+
+
+async def needs_sync(kind: str, name: str, site: str) -> bool:
+    """Whether the user or group ``name`` is dirty at ``site`` (its own stamp and the
+    site's mark both considered)."""
+    record = await (get_user(name) if kind == "user" else get_group(name))
+    return not is_clean((kind, name), record.ldap.modified_at, record.ldap.synced.get(site),
+                        await read_mark(site))
 
 
 async def describe_user(config: LDAPConfig, name: str, site: str | None = None,
@@ -523,14 +659,15 @@ async def describe_user(config: LDAPConfig, name: str, site: str | None = None,
     dn = layout.user_dn(name)
     data: dict[str, Any] = {"user": name, "dn": dn, "ignore": user.ldap.ignore,
                             "modified_at": user.ldap.modified_at,
-                            "sites": _watermarks(user.ldap, await user_sites(name))}
+                            "sites": await _watermarks("user", name, user.ldap,
+                                                       await user_sites(name))}
     async with _connected(config, directory, 1) as connected:
         found = await connected.get(dn, ["objectClass", *USER_ATTRS])
         have = parse_entry("user", found) if found else None
         data["entry"] = have.as_dict() if have else None
         if site is None:
             return data
-        desired = await desired_state(site, config)
+        desired = await desired_state(site, config, mark=await read_mark(site))
         want = desired.users.get(name)
         data["on_site"] = want is not None
         if want is None:
@@ -553,13 +690,14 @@ async def describe_user(config: LDAPConfig, name: str, site: str | None = None,
 async def describe_group(config: LDAPConfig, name: str, site: str, *,
                          directory: Directory | None = None) -> dict[str, Any]:
     group = await get_group(name)
-    desired = await desired_state(site, config)
+    desired = await desired_state(site, config, mark=await read_mark(site))
     dn = desired.layout.group_dn(name)
     want = desired.groups.get(name)
     data: dict[str, Any] = {"group": name, "site": desired.site, "dn": dn,
                             "at_site": want is not None, "ignore": group.ldap.ignore,
                             "modified_at": group.ldap.modified_at,
-                            "sync": _watermarks(group.ldap, [desired.site])[desired.site]}
+                            "sync": (await _watermarks("group", name, group.ldap,
+                                                       [desired.site]))[desired.site]}
     async with _connected(config, directory, 1) as connected:
         found = await connected.get(dn, ["objectClass", *GROUP_ATTRS])
     have = parse_entry("group", found) if found else None
@@ -581,7 +719,7 @@ async def describe_group(config: LDAPConfig, name: str, site: str, *,
 async def describe_site(config: LDAPConfig, site: str, *,
                         directory: Directory | None = None) -> dict[str, Any]:
     """Where the site lives in LDAP, how much is there, what is dirty, the last run."""
-    desired = await desired_state(site, config)
+    desired = await desired_state(site, config, mark=await read_mark(site))
     layout = desired.layout
     async with _connected(config, directory, 1) as connected:
         users = await connected.search(layout.users, "one", "(objectClass=posixAccount)",

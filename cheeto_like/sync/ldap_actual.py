@@ -1,10 +1,13 @@
 """Actual LDAP state of one site: read with explicit attribute lists, scoped to what the
 run looks at, and parsed into the same ``EntryState`` shapes as the desired side.
 
-Every run lists the DNs under the user base and the site's groups OU (so missing and
-stray entries are always seen) and reads the site's automount keys (small). Entries in
-focus are read in full: all of them with ``--full``, otherwise the dirty ones, fetched
-by name in OR-filters. Memberships of users in focus come from two searches per user
+A run without a site mark (and every ``--full`` run) lists the DNs under the user base
+and the site's groups OU and reads the site's automount keys, so missing and stray
+entries are seen; entries in focus are read in full: all of them with ``--full``,
+otherwise the dirty ones, fetched by name in OR-filters. An incremental run with a mark
+(``desired.known``) lists nothing: it reads by name the entries in focus and those the
+mark knows that left the store (``Focus.prune_*``), and the containers (a few entries).
+Memberships of users in focus come from two searches per user
 (``memberUid=<name>``, ``member=<dn>``), or, when many users are in focus, from one read
 of every group of the site. Every filter value is RFC 4515-escaped.
 """
@@ -171,6 +174,34 @@ class _Reader:
         half = len(names)
         return {u: (results[i], results[half + i]) for i, u in enumerate(names)}
 
+    async def named(self, seen: Focus, maps: dict[str, str]
+                    ) -> tuple[dict[str, Entry], dict[str, EntryState], dict[str, Entry],
+                               dict[str, EntryState], dict[tuple[str, str], EntryState]]:
+        """An incremental run's reads: users, groups and automount keys by name."""
+        user_names = sorted(seen.users | seen.prune_users)
+        group_names = sorted(seen.groups | seen.prune_groups)
+        by_map: dict[str, list[str]] = {}
+        for map_name, key in sorted(seen.automounts | seen.prune_automounts):
+            if map_name in maps:
+                by_map.setdefault(map_name, []).append(key)
+        found_users, found_groups, *found_keys = await asyncio.gather(
+            self.by_name(self.layout.users, "uid", user_names, ["objectClass", *USER_ATTRS]),
+            self.by_name(self.layout.groups, "cn", group_names,
+                         ["objectClass", *GROUP_ATTRS]),
+            *(self.by_name(maps[m], "automountKey", keys, ["objectClass", *AUTOMOUNT_ATTRS])
+              for m, keys in by_map.items()))
+        user_index = self.index(found_users, "uid", "user")
+        group_index = self.index(found_groups, "cn", "group")
+        automounts: dict[tuple[str, str], EntryState] = {}
+        for map_name, batch in zip(by_map, found_keys, strict=True):
+            for item in batch:
+                key = entry_name(item, "automountKey")
+                if key is not None:
+                    automounts.setdefault((map_name, key), parse_entry("automount", item))
+        return (user_index, {n: parse_entry("user", e) for n, e in user_index.items()},
+                group_index, {n: parse_entry("group", e) for n, e in group_index.items()},
+                automounts)
+
     async def automounts(self, maps: dict[str, str]) -> dict[tuple[str, str], EntryState]:
         """The keys of every map of the site (one search per map)."""
         found: dict[tuple[str, str], EntryState] = {}
@@ -199,6 +230,8 @@ async def actual_state(directory: Directory, desired: DesiredState, scope: Scope
     kinds = set(scope.kinds)
     prune = scope.prune if "prune" in kinds else frozenset()
     containers, maps = await reader.containers()
+    if desired.known is not None and not scope.bootstrap:
+        return await _incremental(reader, desired, scope, seen, containers, maps)
     user_index: dict[str, Entry] = {}
     users: dict[str, EntryState] = {}
     if "users" in kinds or "users" in prune:
@@ -216,6 +249,24 @@ async def actual_state(directory: Directory, desired: DesiredState, scope: Scope
     automounts: dict[tuple[str, str], EntryState] = {}
     if "automounts" in kinds or "automounts" in prune:
         automounts = await reader.automounts(maps)
+    return ActualState(containers=containers, user_index=user_index, group_index=group_index,
+                       users=users, groups=groups, memberships=memberships, maps=maps,
+                       automounts=automounts, notes=tuple(reader.notes))
+
+
+async def _incremental(reader: _Reader, desired: DesiredState, scope: Scope, seen: Focus,
+                       containers: frozenset[str], maps: dict[str, str]) -> ActualState:
+    kinds = set(scope.kinds)
+    if seen.read_all_groups:  # many users' memberships: one read of every group is cheaper
+        group_index, groups = await reader.groups(seen, True)
+        user_index, users, _, _, automounts = await reader.named(
+            Focus(users=seen.users, prune_users=seen.prune_users,
+                  automounts=seen.automounts, prune_automounts=seen.prune_automounts), maps)
+        memberships = reader.memberships_from(groups, seen.member_users)
+    else:
+        user_index, users, group_index, groups, automounts = await reader.named(seen, maps)
+        memberships = await reader.memberships_of(seen.member_users) \
+            if seen.member_users and kinds & {"users", "groups"} else {}
     return ActualState(containers=containers, user_index=user_index, group_index=group_index,
                        users=users, groups=groups, memberships=memberships, maps=maps,
                        automounts=automounts, notes=tuple(reader.notes))

@@ -18,17 +18,25 @@ What a site projects (the reference's rules, with its defects fixed):
   (``mount_name`` or name -> ``[-options ]host<suffix>:path``).
 
 Incremental bookkeeping travels with the state: which records are dirty for this site
-(``ldap.modified_at`` past the site's watermark), users who left the site since they were
-last synced here (their memberships must go), ignored records (never written or pruned),
-and each record's id and snapshot of ``modified_at`` for the watermark.
+(``ldap.modified_at`` not covered by the record's own stamp nor by the site's mark,
+``sync/ldap_mark.py``), users who left the site since they were last synced here (their
+memberships must go), ignored records (never written or pruned), and each record's name
+and snapshot of ``modified_at`` for the watermark.
+
+Reads: one ``$group`` per collection pushing the few fields the projection needs
+(``models.base.columns``: SQL on the embedded store, no model, no ``_id``), and the heavy
+user fields (password hash, names, home) only for the users whose entries are built. An
+incremental run (``incremental=True``, with a mark) builds user entries only for the
+dirty users and those the mark's roster does not know; group and automount entries are
+built on first use (``Entries``), so a run that compares 10 groups builds 10.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from ..config import LDAPConfig
@@ -43,11 +51,12 @@ from ..models import (
     User,
     UserSiteInfo,
 )
-from ..models.base import LDAPInfo
+from ..models.base import columns, rows
 from ..models.fields import utcnow
 from ..queries.site import get_site
 from ..queries.storage import ResolvedStorage
 from ..queries.user import effective_access, effective_status
+from .ldap_mark import SiteMark, is_clean
 from .ldap_state import (
     EPOCH,
     GROUP_CLASSES,
@@ -64,16 +73,52 @@ from .ldap_state import (
 )
 
 ROOT_ACCESS = "root-ssh"
+# read for every user (light) / only for the users whose entries are built (heavy)
+USER_LIGHT = ("name", "type", "status", "access", "ldap.ignore", "ldap.modified_at")
+USER_HEAVY = ("name", "email", "uid", "gid", "fullname", "surname", "shell", "password",
+              "home_directory", "expires_at")
 
 
 @dataclass(frozen=True)
 class Record:
     """A store document behind an entry: where to write its watermark, and the
-    ``ldap.modified_at`` this run saw (a later change keeps it dirty)."""
+    ``ldap.modified_at`` this run saw (a later change keeps it dirty). ``id`` is the
+    record's natural key in its collection: a user's or group's name, a storage's
+    ``<category>/<name>`` (at the site)."""
 
     collection: str
     id: str
     modified_at: datetime
+
+
+class Entries[K: Hashable](Mapping[K, EntryState]):
+    """Every name the site projects, each entry built the first time it is asked for.
+
+    Why: a site has 34k entries and an incremental run compares a handful; building all
+    of them (DN escaping, frozensets of member DNs) was seconds of the run. Iterating,
+    ``len`` and ``in`` never build anything."""
+
+    def __init__(self, names: Iterable[K], build: Callable[[K], EntryState]) -> None:
+        self._names = dict.fromkeys(names)
+        self._build = build
+        self._built: dict[K, EntryState] = {}
+
+    def __getitem__(self, key: K) -> EntryState:
+        if key not in self._names:
+            raise KeyError(key)
+        found = self._built.get(key)
+        if found is None:
+            found = self._built[key] = self._build(key)
+        return found
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._names
 
 
 @dataclass(frozen=True)
@@ -95,6 +140,11 @@ class DesiredState:
     store_users: frozenset[str] = frozenset()
     records: Mapping[RecordKey, Record] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    # user -> the site's groups listing them (None: derived from ``groups``)
+    member_groups: Mapping[str, frozenset[str]] | None = None
+    # the site mark's rosters ("users", "groups", "automounts" as "<map>/<key>") when the
+    # run is incremental: the actual side then reads entries by name instead of listing
+    known: Mapping[str, frozenset[str]] | None = None
 
     @property
     def dirty_records(self) -> frozenset[RecordKey]:
@@ -106,13 +156,24 @@ class DesiredState:
         found = self.groups.get(group)
         return found.get("memberUid") if found else frozenset()
 
+    def groups_of(self) -> Mapping[str, frozenset[str]]:
+        """user -> the desired groups whose members include them."""
+        if self.member_groups is not None:
+            return self.member_groups
+        found: dict[str, set[str]] = {}
+        for name, want in self.groups.items():
+            for member in want.get("memberUid"):
+                found.setdefault(member, set()).add(name)
+        return {u: frozenset(g) for u, g in found.items()}
+
+    def known_names(self, kind: str) -> frozenset[str]:
+        return (self.known or {}).get(kind, frozenset())
+
 
 @dataclass(frozen=True, slots=True)
 class _UserRow:
-    """The user fields the projection reads, straight from the store's documents (parsing
-    10k full ``User`` models costs seconds; these rows cost milliseconds)."""
+    """The user fields an entry is built from (the heavy read), straight from the store."""
 
-    id: str
     name: str
     email: str
     uid: int
@@ -120,21 +181,29 @@ class _UserRow:
     fullname: str
     surname: str | None
     shell: str
-    type: str
-    status: str | None
     password: str | None
-    access: list[str]
     home_directory: str
     expires_at: datetime | None
-    ldap: _SyncInfo
 
     @classmethod
     def of(cls, raw: dict[str, Any]) -> _UserRow:
-        return cls(raw["_id"], raw["name"], raw["email"], raw["uid"], raw["gid"],
+        return cls(raw["name"], raw["email"], int(raw["uid"]), int(raw["gid"]),
                    raw["fullname"], raw.get("surname"), raw.get("shell") or DEFAULT_SHELL,
-                   raw.get("type") or "user", raw.get("status"), raw.get("password"),
-                   list(raw.get("access") or []), raw["home_directory"],
-                   raw.get("expires_at"), _ldap_info(raw))
+                   raw.get("password"), raw["home_directory"], raw.get("expires_at"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Light:
+    """What every user, group or storage contributes to a run: flags, the values
+    memberships derive from, and the times that say whether it changed."""
+
+    name: str
+    type: str
+    status: str | None
+    access: list[str]
+    ignore: bool
+    modified_at: datetime
+    stamp: datetime | None  # the record's own ldap.synced.<site>
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,34 +212,6 @@ class _SiteInfoRow:
     site: str
     status: str | None
     access: list[str]
-
-
-@dataclass(frozen=True, slots=True)
-class _GroupRow:
-    id: str
-    name: str
-    gid: int
-    type: str
-    shorthand: str | None
-    ldap: _SyncInfo
-
-
-@dataclass(frozen=True, slots=True)
-class _SyncInfo:
-    """``LDAPInfo`` as stored (building 30k pydantic models, even unvalidated, costs
-    seconds). ``needs_sync`` is ``LDAPInfo``'s own rule."""
-
-    ignore: bool
-    modified_at: datetime
-    synced: dict[str, datetime]
-
-    needs_sync = LDAPInfo.needs_sync
-
-
-def _ldap_info(raw: dict[str, Any]) -> _SyncInfo:
-    info = raw.get("ldap") or {}
-    return _SyncInfo(bool(info.get("ignore")), info.get("modified_at") or utcnow(),
-                     dict(info.get("synced") or {}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +233,6 @@ class _Overrides:
 class _StorageRow:
     """What ``ResolvedStorage`` reads from a storage, without parsing a ``Storage``."""
 
-    id: str
     name: str
     site: str
     category: str
@@ -202,25 +242,39 @@ class _StorageRow:
     automount_map: str | None
     mount_name: str
     mount_overrides: _Overrides
-    ldap: _SyncInfo
+    ignore: bool
+    modified_at: datetime
+    stamp: datetime | None
     static_mount: None = None
 
     @classmethod
-    def of(cls, raw: dict[str, Any]) -> _StorageRow:
+    def of(cls, raw: dict[str, Any], site: str, synced: str) -> _StorageRow:
         over = raw.get("mount_overrides") or {}
-        return cls(raw["_id"], raw["name"], raw["site"], raw["category"], raw["group"],
+        return cls(raw["name"], site, raw["category"], raw["group"],
                    raw["volume"], raw.get("subpath") or "", raw.get("automount_map"),
                    raw.get("mount_name") or "",
                    _Overrides(list(over.get("options") or []),
                               list(over.get("add_options") or []),
                               list(over.get("remove_options") or [])),
-                   _ldap_info(raw))
+                   bool(raw.get("ldap.ignore")), _when(raw.get("ldap.modified_at")),
+                   _stamp(raw.get(synced)))
 
 
-async def _rows(model: Any, query: dict[str, Any], fields: Iterable[str]) -> list[dict[str, Any]]:
-    """Raw documents with only ``fields`` (one query; no model parsing)."""
-    projection = dict.fromkeys(fields, 1)
-    return await model.get_pymongo_collection().find(query, projection).to_list()
+def _when(value: Any) -> datetime:
+    """A record's ``ldap.modified_at``; a missing one counts as just changed."""
+    return value if isinstance(value, datetime) else utcnow()
+
+
+def _stamp(value: Any) -> datetime | None:
+    if not isinstance(value, datetime):
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _light(raw: dict[str, Any], synced: str) -> _Light:
+    return _Light(raw["name"], raw.get("type") or "user", raw.get("status"),
+                  list(raw.get("access") or []), bool(raw.get("ldap.ignore")),
+                  _when(raw.get("ldap.modified_at")), _stamp(raw.get(synced)))
 
 
 def user_entry(layout: Layout, user: _UserRow, keys: list[str]) -> EntryState:
@@ -252,24 +306,37 @@ def automount_entry(layout: Layout, map_name: str, key: str, info: str) -> Entry
                  {"automountKey": [key], "automountInformation": [info]})
 
 
-def _dirty(info: _SyncInfo, site: str) -> bool:
-    return info.needs_sync(site)
-
-
 def _key_text(key: _Key, prefix: bool) -> str:
     return key.authorized_keys_entry() if prefix else key.key
 
 
-async def _root_keys(site: str, users: dict[str, _UserRow], on_site: set[str],
-                     keys: dict[str, list[_Key]], prefix: bool) -> dict[str, list[str]]:
+async def _keys_of(names: Iterable[str] | None) -> dict[str, list[_Key]]:
+    """SSH keys by user, oldest first: every user's (``None``) or those of ``names``."""
+    if names is None:
+        found = await columns(SshKey, {}, "user", "key", "created_at")
+    else:
+        wanted = sorted(set(names))
+        found = await rows(SshKey, {"user": {"$in": wanted}}, "user", "key",
+                           "created_at") if wanted else []
+    keys: dict[str, list[_Key]] = {}
+    for raw in sorted(found, key=lambda r: (r.get("created_at") or EPOCH, r["key"])):
+        keys.setdefault(raw["user"], []).append(_Key(raw["user"], raw["key"]))
+    return keys
+
+
+async def _root_keys(site: str, users: Mapping[str, _Light], systems: list[str],
+                     prefix: bool) -> dict[str, list[str]]:
     """system user on this site -> the keys of admins with root-ssh at any of its sites."""
-    systems = sorted(n for n in on_site if users[n].type == "system")
-    admins = sorted(n for n, u in users.items() if u.type == "admin" and keys.get(n))
-    if not systems or not admins:
+    if not systems:
+        return {}
+    admins = sorted(n for n, u in users.items() if u.type == "admin")
+    keys = await _keys_of(admins) if admins else {}
+    admins = [a for a in admins if keys.get(a)]
+    if not admins:
         return {}
     usis = [_SiteInfoRow(r["user"], r["site"], r.get("status"), r.get("access") or [])
-            for r in await _rows(UserSiteInfo, {"user": {"$in": systems + admins}},
-                                 ("user", "site", "status", "access"))]
+            for r in await rows(UserSiteInfo, {"user": {"$in": systems + admins}},
+                                "user", "site", "status", "access")]
     sites_of: dict[str, set[str]] = {}
     holders: dict[str, set[str]] = {}  # site -> admins with root-ssh there
     for usi in usis:
@@ -288,80 +355,96 @@ async def _root_keys(site: str, users: dict[str, _UserRow], on_site: set[str],
     return found
 
 
-async def _automounted(site: str, rows: list[dict[str, Any]],
-                       notes: list[str]) -> list[ResolvedStorage]:
-    """The site's storages mounted through a map, with their volume and map."""
-    volumes = {v.name: v for v in await StorageVolume.find({"site": site}).to_list()}
-    maps = {m.name: m for m in await AutomountMap.find({"site": site}).to_list()}
-    resolved = []
-    for raw in sorted(rows, key=lambda r: (r["category"], r["name"])):
-        if not raw.get("automount_map"):
-            continue
-        storage = _StorageRow.of(raw)
-        volume = volumes.get(storage.volume)
-        if volume is None:
-            notes.append(f"storage {storage.name} skipped: volume {storage.volume} is missing")
-            continue
-        resolved.append(ResolvedStorage(
-            storage=storage, volume=volume,  # type: ignore[arg-type]
-            automount_map=maps.get(storage.automount_map or "")))
-    return resolved
-
-
-async def desired_state(site_name: str, config: LDAPConfig) -> DesiredState:
+async def desired_state(site_name: str, config: LDAPConfig, *, mark: SiteMark | None = None,
+                        incremental: bool = False) -> DesiredState:
+    """The site's desired entries. ``mark``: the site's watermark (dirty = covered by
+    neither the record's own stamp nor the mark). ``incremental`` (needs ``mark``): build
+    user entries only for dirty users and users the mark's roster does not know, and let
+    the actual side read by name (``known``)."""
     site = await get_site(site_name)
     name = site.name
     layout = Layout.for_site(config, name)
     notes: list[str] = []
     prefix = config.ssh_user_prefix
     records: dict[RecordKey, Record] = {}
+    synced = f"ldap.synced.{name}"
+    incremental = incremental and mark is not None
+    heavy = () if incremental else USER_HEAVY[1:]
+
+    def dirty(key: RecordKey, modified: datetime, stamp: datetime | None) -> bool:
+        return not is_clean(key, modified, stamp, mark)
 
     # independent reads, in flight together (the store's work overlaps with decoding)
-    usi_rows, user_rows, group_rows, edges, key_rows, storage_rows = await asyncio.gather(
-        _rows(UserSiteInfo, {"site": name}, ("user", "site", "status", "access")),
-        _rows(User, {}, ("name", "email", "uid", "gid", "fullname", "surname", "shell",
-                         "type", "status", "password", "access", "home_directory",
-                         "expires_at", "ldap")),
-        _rows(Group, {}, ("name", "gid", "type", "shorthand", "ldap")),
-        _rows(GroupMembership, {"site": name}, ("user", "group", "roles")),
-        _rows(SshKey, {}, ("user", "key", "created_at")),
-        _rows(Storage, {"site": name}, ("name", "site", "category", "group", "volume",
-                                        "subpath", "automount_map", "mount_name",
-                                        "mount_overrides", "ldap")))
-    usis = {r["user"]: _SiteInfoRow(r["user"], r["site"], r.get("status"), r.get("access") or [])
+    usi_rows, user_rows, group_rows, edges, storage_rows = await asyncio.gather(
+        columns(UserSiteInfo, {"site": name}, "user", "status", "access"),
+        columns(User, {}, *USER_LIGHT, synced, *heavy),
+        columns(Group, {}, "name", "gid", "type", "shorthand", "ldap.ignore",
+                "ldap.modified_at", synced),
+        columns(GroupMembership, {"site": name}, "user", "group", "roles"),
+        columns(Storage, {"site": name}, "name", "category", "group", "volume", "subpath",
+                "automount_map", "mount_name", "mount_overrides", "ldap.ignore",
+                "ldap.modified_at", synced))
+    usis = {r["user"]: _SiteInfoRow(r["user"], name, r.get("status"), r.get("access") or [])
             for r in usi_rows}
-    users = {r["name"]: _UserRow.of(r) for r in user_rows}
-    groups = {r["name"]: _GroupRow(r["_id"], r["name"], r["gid"], r.get("type") or "group",
-                                   r.get("shorthand"), _ldap_info(r)) for r in group_rows}
-    keys: dict[str, list[_Key]] = {}
-    for raw in sorted(key_rows, key=lambda r: (r.get("created_at") or EPOCH, r["_id"])):
-        keys.setdefault(raw["user"], []).append(_Key(raw["user"], raw["key"]))
+    users = {r["name"]: _light(r, synced) for r in user_rows}
+    groups = {r["name"]: (_light(r, synced), int(r["gid"]), r.get("shorthand"))
+              for r in group_rows}
 
     # -- users ------------------------------------------------------------------------------
-    on_site = set()
+    on_site: set[str] = set()
     for user_name in sorted(usis):
         if user_name in users:
             on_site.add(user_name)
         else:
             notes.append(f"site record of unknown user {user_name} skipped")
-    root_keys = await _root_keys(name, users, on_site, keys, prefix)
-    desired_users: dict[str, EntryState] = {}
+    wanted_users: list[str] = []
     ignored_users, dirty_users, former = set(), set(), set()
     for user_name in sorted(on_site):
         user = users[user_name]
-        if user.ldap.ignore:
+        if user.ignore:
             ignored_users.add(user_name)
             continue
-        own = [_key_text(k, prefix) for k in keys.get(user_name, [])]
-        desired_users[user_name] = user_entry(layout, user, own + root_keys.get(user_name, []))
-        records[("user", user_name)] = Record("users", user.id, user.ldap.modified_at)
-        if _dirty(user.ldap, name):
+        wanted_users.append(user_name)
+        records[("user", user_name)] = Record("users", user_name, user.modified_at)
+        if dirty(("user", user_name), user.modified_at, user.stamp):
             dirty_users.add(user_name)
     for user_name, user in users.items():
-        if user_name not in on_site and not user.ldap.ignore and name in user.ldap.synced \
-                and _dirty(user.ldap, name):
+        if user_name not in on_site and not user.ignore and user.stamp is not None \
+                and dirty(("user", user_name), user.modified_at, user.stamp):
             former.add(user_name)
-            records[("user", user_name)] = Record("users", user.id, user.ldap.modified_at)
+            records[("user", user_name)] = Record("users", user_name, user.modified_at)
+    if incremental and mark is not None:
+        # on the site at the last run and no longer (taken off, or gone from the store)
+        for user_name in mark.roster("users") - on_site:
+            user = users.get(user_name)
+            if user is not None and user.ignore:
+                continue
+            former.add(user_name)
+            if user is not None:
+                records[("user", user_name)] = Record("users", user_name, user.modified_at)
+        built = sorted(dirty_users | (set(wanted_users) - mark.roster("users")))
+    else:
+        built = wanted_users
+
+    if incremental:
+        details = {r["name"]: _UserRow.of(r) for r in await rows(
+            User, {"name": {"$in": built}}, *USER_HEAVY)} if built else {}
+        keys = await _keys_of(built)
+    else:
+        details = {r["name"]: _UserRow.of(r) for r in user_rows if r["name"] in on_site}
+        keys = await _keys_of(None)
+    systems = sorted(n for n in built if users[n].type == "system")
+    root_keys = await _root_keys(name, users, systems, prefix)
+    user_entries: dict[str, EntryState] = {}
+    for user_name in built:
+        row = details.get(user_name)
+        if row is None:  # gone between the two reads: the next run sees it
+            continue
+        own = [_key_text(k, prefix) for k in keys.get(user_name, [])]
+        user_entries[user_name] = user_entry(layout, row, own + root_keys.get(user_name, []))
+
+    def build_user(user_name: str) -> EntryState:
+        return user_entries[user_name]
 
     # -- groups -----------------------------------------------------------------------------
     members: dict[str, set[str]] = {}
@@ -370,13 +453,14 @@ async def desired_state(site_name: str, config: LDAPConfig) -> DesiredState:
         if edge["user"] not in on_site:
             continue
         wanted.add(edge["group"])
-        if "member" in edge["roles"]:
+        if "member" in (edge.get("roles") or ()):
             members.setdefault(edge["group"], set()).add(edge["user"])
     for sticky in site.group.sticky:
         wanted.add(sticky)
         members.setdefault(sticky, set()).update(on_site)
-    special = {g.name for g in groups.values() if g.type in ("access", "status")}
-    by_shorthand = {(g.type, g.shorthand): g.name for g in groups.values() if g.shorthand}
+    special = {g for g, (row, _, _) in groups.items() if row.type in ("access", "status")}
+    by_shorthand = {(row.type, shorthand): g for g, (row, _, shorthand) in groups.items()
+                    if shorthand}
     wanted |= special
     for user_name in on_site:
         user, usi = users[user_name], usis[user_name]
@@ -388,32 +472,43 @@ async def desired_state(site_name: str, config: LDAPConfig) -> DesiredState:
         if status and (group_name := by_shorthand.get(("status", status))):
             members.setdefault(group_name, set()).add(user_name)
         personal = groups.get(user_name)
-        if personal is not None and personal.type == "user":
+        if personal is not None and personal[0].type == "user":
             wanted.add(user_name)
 
     wanted.update(r["group"] for r in storage_rows)
 
-    desired_groups: dict[str, EntryState] = {}
+    wanted_groups: list[str] = []
     ignored_groups, dirty_groups = set(), set()
     for group_name in sorted(wanted):
-        group = groups.get(group_name)
-        if group is None:
+        found = groups.get(group_name)
+        if found is None:
             notes.append(f"group {group_name} is referenced at {name} but does not exist")
             continue
-        if group.ldap.ignore:
+        row = found[0]
+        if row.ignore:
             ignored_groups.add(group_name)
             continue
-        desired_groups[group_name] = group_entry(layout, group_name, group.gid,
-                                                 members.get(group_name, set()))
-        records[("group", group_name)] = Record("groups", group.id, group.ldap.modified_at)
-        if _dirty(group.ldap, name):
+        wanted_groups.append(group_name)
+        records[("group", group_name)] = Record("groups", group_name, row.modified_at)
+        if dirty(("group", group_name), row.modified_at, row.stamp):
             dirty_groups.add(group_name)
 
+    def build_group(group_name: str) -> EntryState:
+        return group_entry(layout, group_name, groups[group_name][1],
+                           members.get(group_name, set()))
+
+    member_groups: dict[str, set[str]] = {}
+    for group_name in wanted_groups:
+        for member in members.get(group_name, ()):
+            member_groups.setdefault(member, set()).add(group_name)
+
     # -- automount --------------------------------------------------------------------------
-    mounted = await _automounted(name, storage_rows, notes)
-    maps = {m.name: m for m in await AutomountMap.find({"site": name}).to_list()}
+    volume_docs, map_docs = await asyncio.gather(
+        StorageVolume.find({"site": name}).to_list(), AutomountMap.find({"site": name}).to_list())
+    volumes = {v.name: v for v in volume_docs}
+    maps = {m.name: m for m in map_docs}
     desired_maps = {config.master_map: map_entry(layout, config.master_map)}
-    automounts: dict[tuple[str, str], EntryState] = {}
+    infos: dict[tuple[str, str], str] = {}
     dirty_mounts: set[tuple[str, str]] = set()
     ignored_mounts: set[tuple[str, str]] = set()
     prefixes: dict[str, str] = {}
@@ -433,42 +528,63 @@ async def desired_state(site_name: str, config: LDAPConfig) -> DesiredState:
         if extra := config.master_options.get(map_name):
             info = f"{info} {extra}"
         master_key = (config.master_map, amap.prefix)
-        automounts[master_key] = automount_entry(layout, *master_key, info)
+        infos[master_key] = info
         dirty_mounts.add(master_key)  # master keys are few and always compared
 
-    for resolved in mounted:
-        storage = resolved.storage
-        amap = resolved.automount_map
+    through = None if mark is None else datetime.fromtimestamp(mark.through_ms / 1000, UTC)
+    for raw in sorted(storage_rows, key=lambda r: (r["category"], r["name"])):
+        if not raw.get("automount_map"):
+            continue
+        storage = _StorageRow.of(raw, name, synced)
+        volume = volumes.get(storage.volume)
+        if volume is None:
+            notes.append(f"storage {storage.name} skipped: volume {storage.volume} is missing")
+            continue
+        amap = maps.get(storage.automount_map or "")
         if amap is None or amap.name not in desired_maps or amap.name == config.master_map:
             notes.append(f"storage {storage.name} ({storage.category}) uses automount map "
                          f"{storage.automount_map}, which is not defined at {name}")
             continue
         key = (amap.name, storage.mount_name or storage.name)
-        if key in automounts or key in ignored_mounts:
+        if key in infos or key in ignored_mounts:
             notes.append(f"storage {storage.name} ({storage.category}) skipped: key {key[1]} "
                          f"is already taken in {key[0]}")
             continue
-        if storage.ldap.ignore:
+        if storage.ignore:
             ignored_mounts.add(key)
             continue
-        info = automount_info(resolved.host, resolved.host_path, resolved.mount_options,
-                              config.host_suffix)
-        automounts[key] = automount_entry(layout, key[0], key[1], info)
-        records[("storage", f"{key[0]}/{key[1]}")] = Record("storages", storage.id,
-                                                            storage.ldap.modified_at)
-        synced = storage.ldap.synced.get(name)
+        resolved = ResolvedStorage(storage=storage, volume=volume,  # type: ignore[arg-type]
+                                   automount_map=amap)
+        infos[key] = automount_info(resolved.host, resolved.host_path,
+                                    resolved.mount_options, config.host_suffix)
+        record_key = ("storage", f"{key[0]}/{key[1]}")
+        records[record_key] = Record("storages", f"{storage.category}/{storage.name}",
+                                     storage.modified_at)
         # The key also reads the map's options and the volume's host and path, whose
         # changes do not touch the storage: they count as changes since its watermark.
-        inputs_changed = synced is not None and any(
-            doc.updated_at > synced for doc in (amap, resolved.volume))
-        if _dirty(storage.ldap, name) or inputs_changed:
+        since = storage.stamp
+        if through is not None and mark is not None \
+                and mark.covers(record_key, storage.modified_at):
+            since = through if since is None else max(since, through)
+        inputs_changed = since is not None and any(
+            doc.updated_at > since for doc in (amap, volume))
+        if dirty(record_key, storage.modified_at, storage.stamp) or inputs_changed:
             dirty_mounts.add(key)
 
+    def build_key(key: tuple[str, str]) -> EntryState:
+        return automount_entry(layout, key[0], key[1], infos[key])
+
     return DesiredState(
-        site=name, layout=layout, users=desired_users, groups=desired_groups,
-        maps=desired_maps, automounts=automounts, special_groups=frozenset(special),
+        site=name, layout=layout,
+        users=Entries(wanted_users, build_user) if incremental else
+        {u: user_entries[u] for u in wanted_users if u in user_entries},
+        groups=Entries(wanted_groups, build_group),
+        maps=desired_maps, automounts=Entries(sorted(infos), build_key),
+        special_groups=frozenset(special),
         dirty_users=frozenset(dirty_users), former_users=frozenset(former),
         dirty_groups=frozenset(dirty_groups), dirty_automounts=frozenset(dirty_mounts),
         ignored_users=frozenset(ignored_users), ignored_groups=frozenset(ignored_groups),
         ignored_automounts=frozenset(ignored_mounts), store_users=frozenset(users),
-        records=records, notes=tuple(notes))
+        records=records, notes=tuple(notes),
+        member_groups={u: frozenset(g) for u, g in member_groups.items()},
+        known=dict(mark.rosters) if incremental and mark is not None else None)

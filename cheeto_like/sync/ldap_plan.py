@@ -2,9 +2,13 @@
 ``plan(desired, actual, scope) -> Plan``.
 
 No I/O. A run compares in full only the records in focus: in an incremental run the
-records that are dirty for the site, with ``--full`` all of them. Existence is checked
-for every record on every run (the actual side always lists the DNs), so a missing entry
-is re-added and a stray one pruned even when nothing in the store changed. Users whose
+records that are dirty for the site, with ``--full`` all of them. A run without a site
+mark, and every ``--full`` run, lists the DNs under the site's bases, so a missing entry
+is re-added and a stray one pruned even when nothing in the store changed. An incremental
+run with a mark (``desired.known``: what the last whole-site run left in the directory)
+reads by name only what changed: the dirty records, the records the mark does not know
+(new at the site) and those it knows that are gone from the store (pruned); a hand-made
+change to an entry whose record did not change waits for ``--full``. Users whose
 memberships are in focus but whose groups are not have their own values patched in those
 groups (one ``memberUid``/``member`` value each), never the whole member list.
 
@@ -95,6 +99,10 @@ class Focus:
     automounts: frozenset[tuple[str, str]] = frozenset()
     read_all_users: bool = False
     read_all_groups: bool = False
+    # incremental runs with a mark: entries the mark knows that are no longer desired
+    prune_users: frozenset[str] = frozenset()
+    prune_groups: frozenset[str] = frozenset()
+    prune_automounts: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def records(self) -> frozenset[RecordKey]:
@@ -104,10 +112,17 @@ class Focus:
                          | {("storage", f"{m}/{k}") for m, k in self.automounts})
 
 
+def _split_key(text: str) -> tuple[str, str]:
+    map_name, _, key = text.partition("/")
+    return map_name, key
+
+
 def focus(desired: DesiredState, scope: Scope) -> Focus:
     if scope.bootstrap:
         return Focus()
     full_or_force = scope.full or scope.force
+    known = desired.known
+    new_users = frozenset(desired.users) - desired.known_names("users") if known else frozenset()
     users: set[str] = set()
     member_users: set[str] = set()
     if "users" in scope.kinds:
@@ -115,7 +130,7 @@ def focus(desired: DesiredState, scope: Scope) -> Focus:
         for name in desired.users:
             if candidates is not None and name not in candidates:
                 continue
-            if full_or_force or name in desired.dirty_users:
+            if full_or_force or name in desired.dirty_users or name in new_users:
                 users.add(name)
         member_users = set(users)
         leavers = desired.former_users if candidates is None else (
@@ -126,22 +141,42 @@ def focus(desired: DesiredState, scope: Scope) -> Focus:
     groups: set[str] = set()
     if "groups" in scope.kinds:
         candidates = scope.only_groups
+        new_groups = frozenset(desired.groups) - desired.known_names("groups") if known \
+            else frozenset()
         for name in desired.groups:
             if candidates is not None and name not in candidates:
                 continue
-            if full_or_force or name in desired.dirty_groups:
+            if full_or_force or name in desired.dirty_groups or name in new_groups:
                 groups.add(name)
     automounts: set[tuple[str, str]] = set()
+    known_keys = {_split_key(k) for k in desired.known_names("automounts")}
     if "automounts" in scope.kinds:
         automounts = {k for k in desired.automounts
-                      if scope.full or k in desired.dirty_automounts}
+                      if scope.full or k in desired.dirty_automounts
+                      or (known is not None and k not in known_keys)}
     whole_site = scope.only_users is None and scope.only_groups is None
+    prune_users: frozenset[str] = frozenset()
+    prune_groups: frozenset[str] = frozenset()
+    prune_keys: frozenset[tuple[str, str]] = frozenset()
+    if known is not None and whole_site and "prune" in scope.kinds:
+        if "users" in scope.prune:
+            prune_users = frozenset(u for u in desired.known_names("users")
+                                    if u not in desired.store_users
+                                    and u not in scope.protected_users)
+        if "groups" in scope.prune:
+            prune_groups = frozenset(g for g in desired.known_names("groups")
+                                     if g not in desired.groups
+                                     and g not in desired.ignored_groups)
+        if "automounts" in scope.prune:
+            prune_keys = frozenset(k for k in known_keys if k not in desired.automounts
+                                   and k not in desired.ignored_automounts)
     return Focus(
         users=frozenset(users), member_users=frozenset(member_users),
         groups=frozenset(groups), automounts=frozenset(automounts),
         read_all_users=scope.full and whole_site and "users" in scope.kinds,
         read_all_groups=(scope.full and whole_site and "groups" in scope.kinds)
-        or len(member_users) > MEMBER_SEARCH_LIMIT)
+        or len(member_users) > MEMBER_SEARCH_LIMIT,
+        prune_users=prune_users, prune_groups=prune_groups, prune_automounts=prune_keys)
 
 
 @dataclass(frozen=True)
@@ -411,6 +446,8 @@ def _plan_users(out: _Builder, desired: DesiredState, actual: ActualState, scope
     for name in sorted(desired.users):
         if scope.only_users is not None and name not in scope.only_users:
             continue
+        if desired.known is not None and name not in seen.users:
+            continue  # unchanged and known to the mark: not read, taken as present
         want = desired.users[name]
         records = (("user", name),) if name in seen.users else ()
         if name not in actual.user_index:
@@ -428,6 +465,8 @@ def _plan_groups(out: _Builder, desired: DesiredState, actual: ActualState, scop
     for name in sorted(desired.groups):
         if scope.only_groups is not None and name not in scope.only_groups:
             continue
+        if desired.known is not None and name not in seen.groups:
+            continue  # unchanged and known to the mark: not read, taken as present
         want = desired.groups[name]
         records = (("group", name),) if name in seen.groups else ()
         if name not in actual.group_index:
@@ -447,17 +486,20 @@ def _plan_memberships(out: _Builder, desired: DesiredState, actual: ActualState,
     handled = seen.groups if "groups" in scope.kinds else frozenset()
     layout = desired.layout
     per_group: dict[str, list[tuple[str, list[Mod]]]] = {}
-    groups_of: dict[str, set[str]] = {}
-    for name, want in desired.groups.items():
-        for member in want.get("memberUid"):
-            groups_of.setdefault(member, set()).add(name)
+    groups_of = desired.groups_of()
+    known_groups = desired.known_names("groups")
+    dns: dict[str, str] = {}
     for user in sorted(seen.member_users):
         by_uid, by_dn = actual.memberships.get(user, (frozenset(), frozenset()))
-        should = groups_of.get(user, set())
+        should = groups_of.get(user, frozenset())
         for group in sorted(should | by_uid | by_dn):
             if group in handled:
                 continue
-            if group not in actual.group_index:
+            if group in actual.group_index:
+                dns[group] = actual.group_index[group].dn
+            elif desired.known is not None and group in known_groups:
+                dns[group] = layout.group_dn(group)  # unchanged, not read: it is there
+            else:
                 if group in desired.groups and "groups" not in scope.kinds:
                     notes.append(f"group {group} is missing from LDAP; {user} was not added "
                                  "(sync the groups)")
@@ -486,7 +528,7 @@ def _plan_memberships(out: _Builder, desired: DesiredState, actual: ActualState,
         shown = ", ".join(users[:5]) + (f" and {len(users) - 5} more" if len(users) > 5 else "")
         removed = tuple(f"{m.attr}={v}" for m in mods if m.op == "delete" for v in m.values)
         out.add("update groups", Change(
-            "modify", actual.group_index[group].dn, f"group {group}",
+            "modify", dns[group], f"group {group}",
             f"memberships of {shown}", mods=tuple(mods),
             records=tuple(("user", u) for u in users), removed=removed))
     return notes
@@ -508,6 +550,8 @@ def _plan_automounts(out: _Builder, desired: DesiredState, actual: ActualState,
     for key in sorted(desired.automounts):
         want = desired.automounts[key]
         label = f"automount {key[0]}/{key[1]}"
+        if desired.known is not None and key not in seen.automounts:
+            continue  # unchanged and known to the mark: not read, taken as present
         record = ("storage", f"{key[0]}/{key[1]}")
         records = (record,) if record in desired.records and key in seen.automounts else ()
         have = actual.automounts.get(key)

@@ -22,11 +22,13 @@ from .slurm_limits import (
     ASSOC_LIMITS,
     QOS_LIMIT_FORMAT,
     QOS_LIMITS,
+    TRES_MINS,
     Limits,
     parse_limits,
 )
 from .slurm_state import (
     OWNER_PREFIX,
+    TRES,
     AccountState,
     AssocKey,
     AssocState,
@@ -176,14 +178,27 @@ def parse_limit_rows(text: str) -> dict[tuple[str, str, str], Limits]:
 
 def with_limits(accounts: dict[str, AccountState], associations: dict[AssocKey, AssocState],
                 limits: dict[tuple[str, str, str], Limits]) -> None:
-    """Attach the limits the store does not manage to the rows cheeto owns (in place)."""
+    """Attach the limits the store does not manage to the rows cheeto owns (in place).
+    GrpTRESMins is the store's too (quota blocks, sync/slurm_quota.py): it goes in
+    ``grp_tres_mins``, parsed, so the plan compares it with the wanted value."""
     for name, state in accounts.items():
-        extra = tuple(x for x in limits.get((name, "", ""), ()) if x[0] not in ACCOUNT_MANAGED)
+        own = limits.get((name, "", ""), ())
+        extra = tuple(x for x in own if x[0] not in ACCOUNT_MANAGED)
         if extra:
-            accounts[name] = replace(state, extra=extra)
+            extra, tres_mins = _split_tres_mins(extra)
+            accounts[name] = replace(state, extra=extra, grp_tres_mins=tres_mins)
     for key, assoc in associations.items():
         if extra := limits.get((key.account, key.user, key.partition), ()):
-            associations[key] = replace(assoc, extra=extra)
+            extra, tres_mins = _split_tres_mins(extra)
+            associations[key] = assoc._replace(extra=extra, grp_tres_mins=tres_mins)
+
+
+def _split_tres_mins(limits: Limits) -> tuple[Limits, TRES]:
+    """(the other limits, GrpTRESMins parsed)."""
+    value = dict(limits).get(TRES_MINS)
+    if value is None:
+        return limits, ()
+    return tuple(x for x in limits if x[0] != TRES_MINS), parse_tres(value)
 
 
 @dataclass(frozen=True)
@@ -264,6 +279,6 @@ async def read_user_state(runner: SAcctMgr, cluster: str,
     for key, state in mine.items():
         own = limits.get((key.account, key.user, key.partition), ())
         parent = limits.get((key.account, "", ""), ())
-        mine[key] = replace(state, extra=tuple(sorted({*own, *parent})))
+        mine[key] = state._replace(extra=tuple(sorted({*own, *parent})))
     defaults = parse_default_accounts(await reader.read("user", cluster), frozenset())
     return mine, defaults.get(user)

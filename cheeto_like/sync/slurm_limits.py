@@ -36,6 +36,8 @@ ASSOC_LIMITS: tuple[tuple[str, str, bool], ...] = (
 )
 # account rows: limits the store manages itself (compared by AccountState.limits)
 ACCOUNT_MANAGED = frozenset({"GrpJobs", "MaxJobs", "MaxSubmitJobs", "MaxWall"})
+# on account and user rows alike: quota blocks (``grp_tres_mins``, sync/slurm_quota.py)
+TRES_MINS = "GrpTRESMins"
 
 # QOS columns other than the ones the store manages (grptres, maxtrespu, maxtres,
 # priority, flags). The per-user/per-account columns have long set names.
@@ -93,3 +95,14 @@ def reset_args(limits: Limits, table: Sequence[tuple[str, str, bool]]) -> tuple[
 def describe(limits: Limits) -> str:
     """``MaxJobs=0 GrpWall=00:01:00`` for notes and ``why``."""
     return " ".join(f"{k}={v}" for k, v in limits)
+
+
+def tres_mins_args(want: Sequence[tuple[str, int]],
+                   have: Sequence[tuple[str, int]]) -> tuple[str, ...]:
+    """``set`` argument that turns GrpTRESMins ``have`` into ``want`` (TRES pairs): the
+    keys that differ get their value, the keys only ``have`` has get ``-1``; nothing when
+    they are equal (one argument: ``GrpTRESMins=cpu=0,gres/gpu=-1``)."""
+    wanted, current = dict(want), dict(have)
+    items = [f"{k}={v}" for k, v in sorted(wanted.items()) if current.get(k) != v]
+    items += [f"{k}=-1" for k in sorted(current) if k not in wanted]
+    return (f"{TRES_MINS}={','.join(items)}",) if items else ()

@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from .slurm_limits import ASSOC_LIMITS, QOS_LIMITS, reset_args
+from .slurm_limits import ASSOC_LIMITS, QOS_LIMITS, reset_args, tres_mins_args
 from .slurm_state import (
     TRES,
     AccountState,
@@ -245,9 +245,12 @@ def _plan_accounts(desired: SlurmState,
     for name, want in sorted(desired.accounts.items()):
         have = actual.accounts.get(name)
         if have is None:
-            adds.append((_account_limits(want), name))
-        elif have.limits != want.limits or have.extra:
-            modifies.append(((*_account_limits(want), *reset_args(have.extra, ASSOC_LIMITS)),
+            adds.append(((*_account_limits(want), *tres_mins_args(want.grp_tres_mins, ())),
+                         name))
+        elif (have.limits != want.limits or have.extra
+              or have.grp_tres_mins != want.grp_tres_mins):  # a quota block (slurm_quota)
+            modifies.append(((*_account_limits(want), *reset_args(have.extra, ASSOC_LIMITS),
+                              *tres_mins_args(want.grp_tres_mins, have.grp_tres_mins)),
                              name))
     stale = sorted(set(actual.accounts) - set(desired.accounts))
     add_cmds = _grouped(adds, lambda shape, names: Command(
@@ -272,12 +275,40 @@ def _assoc_settings(state: AssocState) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class _Diff:
+    """Which association rows differ, found in one pass (a site has 60k: every extra
+    pass is felt in a plan that finds nothing to do)."""
+
+    missing: list[AssocKey]  # wanted, absent from the cluster
+    changed: list[AssocKey]  # on both sides, with different states
+    stale: list[AssocKey]  # on the cluster, not wanted
+
+
+def _diff(desired: SlurmState, actual: SlurmState) -> _Diff:
+    want, have = desired.associations, actual.associations
+    if want == have:  # a converged site: one comparison in C (states are tuples)
+        return _Diff([], [], [])
+    missing, changed = [], []
+    get = have.get
+    for key, state in want.items():
+        current = get(key)
+        if current is None:
+            missing.append(key)
+        elif current != state:
+            changed.append(key)
+    # every wanted row found means the cluster has nothing else unless it is larger
+    found = len(want) - len(missing)
+    stale = [key for key in have if key not in want] if len(have) > found else []
+    return _Diff(missing, changed, stale)
+
+
+@dataclass(frozen=True)
 class _Adds:
     commands: list[Command]
     first_account: dict[str, str]  # new user -> account of the first add that names them
 
 
-def _plan_adds(desired: SlurmState, actual: SlurmState) -> _Adds:
+def _plan_adds(desired: SlurmState, actual: SlurmState, missing: list[AssocKey]) -> _Adds:
     """One ``add user`` per (account, partitions, QOS settings) with every user that needs
     exactly that: sacctmgr adds the cross product of users and partitions. Commands on the
     site's default account go first, because a user's first association on a cluster
@@ -285,9 +316,12 @@ def _plan_adds(desired: SlurmState, actual: SlurmState) -> _Adds:
     cluster = desired.cluster
     wanted: dict[str, dict[tuple[str, tuple[str, ...]], set[str]]] = defaultdict(
         lambda: defaultdict(set))
-    for key, want in desired.associations.items():
-        if key not in actual.associations:
-            wanted[key.user][(key.account, _assoc_settings(want))].add(key.partition)
+    if not missing:
+        return _Adds([], {})
+    for key in missing:
+        want = desired.associations[key]
+        settings = (*_assoc_settings(want), *tres_mins_args(want.grp_tres_mins, ()))
+        wanted[key.user][(key.account, settings)].add(key.partition)
     items = []
     for user, shapes in wanted.items():
         for (account, settings), partitions in shapes.items():
@@ -305,7 +339,7 @@ def _plan_adds(desired: SlurmState, actual: SlurmState) -> _Adds:
         ("add", "user", ",".join(names), f"account={shape[0]}",
          f"partition={','.join(shape[1])}", f"cluster={cluster}", *shape[2]),
         tuple(str(AssocKey(n, shape[0], p)) for n in names for p in shape[1])), order)
-    existing = actual.user_accounts()
+    existing = actual.users()
     first: dict[str, str] = {}
     for shape, user in sorted(items, key=lambda item: order(item[0])):
         if user not in existing:
@@ -313,25 +347,37 @@ def _plan_adds(desired: SlurmState, actual: SlurmState) -> _Adds:
     return _Adds(commands, first)
 
 
-def _plan_associations(desired: SlurmState, actual: SlurmState) -> tuple[
-        list[Command], list[Command], list[Command]]:
-    """(modifies, deletes of non-default rows, deletes of default rows)."""
+@dataclass(frozen=True)
+class _Associations:
+    modifies: list[Command]
+    deletes: list[Command]  # non-default rows
+    default_deletes: list[Command]  # rows flagged default once defaults have moved
+    qos_removed: tuple[tuple[str, str], ...]  # (association, QOS) a modify drops
+
+
+def _plan_associations(desired: SlurmState, actual: SlurmState, diff: _Diff,
+                       wanted_defaults: dict[str, str]) -> _Associations:
+    """Modifies and deletes of the rows ``diff`` found changed or stale."""
     cluster = desired.cluster
     modifies = []
-    for key, want in desired.associations.items():
-        have = actual.associations.get(key)
-        if have is None:
-            continue
-        qos_differs = (have.qos != want.qos
-                       or (want.default_qos or min(want.qos)) != have.default_qos)
-        if qos_differs or have.extra:
+    dropped: list[tuple[AssocKey, str]] = []
+    for key in diff.changed:
+        want, have = desired.associations[key], actual.associations[key]
+        want_qos, have_qos = want.qos, have.qos
+        qos_differs = (have_qos != want_qos
+                       or (want.default_qos or min(want_qos)) != have.default_qos)
+        blocks = (tres_mins_args(want.grp_tres_mins, have.grp_tres_mins)  # quota blocks
+                  if want.grp_tres_mins != have.grp_tres_mins else ())  # (60k rows: cheap)
+        if qos_differs or have.extra or blocks:
             settings = (*(_assoc_settings(want) if qos_differs else ()),
-                        *reset_args(have.extra, ASSOC_LIMITS))  # limits set by hand
+                        *reset_args(have.extra, ASSOC_LIMITS), *blocks)  # + hand-set ones
             modifies.append(((key.account, key.partition, settings), key.user))
-    defaults_after = default_rows_after(desired, actual)
+            if have_qos != want_qos:
+                dropped.extend((key, qos) for qos in have_qos - want_qos)
     stale_plain, stale_default = [], []
-    for key in actual.associations:
-        if key not in desired.associations:
+    if diff.stale:
+        defaults_after = default_rows_after(desired, actual, wanted_defaults)
+        for key in diff.stale:
             row = ((key.account, key.partition), key.user)
             (stale_default if key in defaults_after else stale_plain).append(row)
 
@@ -347,14 +393,19 @@ def _plan_associations(desired: SlurmState, actual: SlurmState) -> tuple[
         ("modify", "user", "where", f"name={','.join(names)}", f"account={shape[0]}",
          f"partition={shape[1]}", f"cluster={cluster}", "set", *shape[2]),
         target(shape[0], shape[1], names)))
-    return mod_cmds, _grouped(stale_plain, remove), _grouped(stale_default, remove)
+    return _Associations(mod_cmds, _grouped(stale_plain, remove),
+                         _grouped(stale_default, remove),
+                         tuple((str(key), qos) for key, qos in sorted(dropped)))
 
 
-def default_rows_after(desired: SlurmState, actual: SlurmState) -> frozenset[AssocKey]:
+def default_rows_after(desired: SlurmState, actual: SlurmState,
+                       wanted: dict[str, str] | None = None) -> frozenset[AssocKey]:
     """Which actual association rows will be flagged default once the default-account
     step has run: moving a user's default flags all their rows on the new account and
     unflags the rest; users whose default stays keep their flags."""
-    moved = {user: account for user, account in wanted_default_accounts(desired, actual).items()
+    if wanted is None:
+        wanted = wanted_default_accounts(desired, actual)
+    moved = {user: account for user, account in wanted.items()
              if actual.default_accounts.get(user) != account}
     return frozenset(key for key in actual.associations
                      if (key.account == moved[key.user] if key.user in moved
@@ -368,27 +419,31 @@ def wanted_default_accounts(desired: SlurmState, actual: SlurmState) -> dict[str
     current default if they keep an association there; else the first of their accounts.
     Every associated user gets one, so no delete can hit a default association.
     """
-    wanted = {}
-    for user, accounts in desired.user_accounts().items():
-        site_default = desired.default_accounts.get(user)
-        current = actual.default_accounts.get(user)
-        if site_default in accounts:
-            wanted[user] = site_default
-        elif current in accounts:
-            wanted[user] = current
-        else:
-            wanted[user] = min(accounts)
+    pairs = desired.user_account_pairs()
+    # lookups of (user, account) pairs: one min() per user only for those whose default
+    # is neither the site's nor their current one (new users)
+    wanted = {user: account for user, account in actual.default_accounts.items()
+              if (user, account) in pairs}  # current, still associated
+    wanted.update((user, account) for user, account in desired.default_accounts.items()
+                  if (user, account) in pairs)  # the site's beats current
+    if len(wanted) < len(desired.users()):
+        accounts = desired.user_accounts()
+        for user in desired.users() - wanted.keys():
+            wanted[user] = min(accounts[user])
     return wanted
 
 
-def _plan_defaults(desired: SlurmState, actual: SlurmState,
-                   first_account: dict[str, str]) -> list[Command]:
+def _plan_defaults(desired: SlurmState, actual: SlurmState, first_account: dict[str, str],
+                   wanted: dict[str, str]) -> list[Command]:
     """Default-account changes, batched per account. A user new on the cluster gets the
     account of their first added association as default, so no change is planned when
     that is already the wanted one."""
     cluster = desired.cluster
-    changes = [(account, user) for user, account in wanted_default_accounts(desired, actual).items()
-               if (actual.default_accounts.get(user) or first_account.get(user)) != account]
+    current = actual.default_accounts
+    if wanted == current:  # one comparison in C
+        return []
+    changes = [(account, user) for user, account in wanted.items()
+               if (current.get(user) or first_account.get(user)) != account]
     return _grouped(changes, lambda account, names: Command(
         ("modify", "user", "where", f"name={','.join(names)}", f"cluster={cluster}", "set",
          f"defaultaccount={account}"), tuple(f"default {n}={account}" for n in names)))
@@ -420,10 +475,14 @@ def plan(desired: SlurmState, actual: SlurmState) -> Plan:
     renames, actual = plan_renames(desired, actual)
     qos_add, qos_mod, qos_del = _plan_qos(desired, actual, conflicts)
     acc_add, acc_mod, acc_del = _plan_accounts(desired, actual)
-    adds = _plan_adds(desired, actual)
+    diff = _diff(desired, actual)
+    adds = _plan_adds(desired, actual, diff.missing)
     assoc_add = adds.commands
-    assoc_mod, assoc_del, assoc_del_default = _plan_associations(desired, actual)
-    defaults = _plan_defaults(desired, actual, adds.first_account)
+    wanted_defaults = wanted_default_accounts(desired, actual)
+    assocs = _plan_associations(desired, actual, diff, wanted_defaults)
+    assoc_mod, assoc_del, assoc_del_default = (assocs.modifies, assocs.deletes,
+                                               assocs.default_deletes)
+    defaults = _plan_defaults(desired, actual, adds.first_account, wanted_defaults)
     coord_add, coord_del = _plan_coordinators(desired, actual)
     by_label = {
         "rename users": renames, "add qos": qos_add, "modify qos": qos_mod, "add accounts": acc_add,
@@ -436,18 +495,7 @@ def plan(desired: SlurmState, actual: SlurmState) -> Plan:
     batches = tuple(Batch(label, kind, tuple(by_label[label]))
                     for label, kind in BATCH_ORDER if by_label[label])
     return Plan(desired.cluster, batches, tuple(conflicts), tuple(desired.notes),
-                qos_removed=qos_dropped(desired, actual))
-
-
-def qos_dropped(desired: SlurmState, actual: SlurmState) -> tuple[tuple[str, str], ...]:
-    """(association, QOS) for each QOS an association keeps existing but loses: a removal
-    the deletion cap and budget count, like deleting the association would be."""
-    dropped = []
-    for key, want in sorted(desired.associations.items()):
-        have = actual.associations.get(key)
-        if have is not None:
-            dropped.extend((str(key), qos) for qos in sorted(have.qos - want.qos))
-    return tuple(dropped)
+                qos_removed=assocs.qos_removed)
 
 
 def plan_renames(desired: SlurmState, actual: SlurmState) -> tuple[list[Command], SlurmState]:
@@ -461,8 +509,10 @@ def plan_renames(desired: SlurmState, actual: SlurmState) -> tuple[list[Command]
     someone else since, or a rename already applied, plans nothing. The user record is
     global in slurmdbd, so this renames them on every cluster sharing it.
     """
-    present = set(actual.user_accounts()) | set(actual.default_accounts)
-    wanted = set(desired.user_accounts())
+    if not desired.renames:
+        return [], actual
+    present = actual.users() | actual.default_accounts.keys()
+    wanted = desired.users()
     moves = {old: new for old, new in desired.renames.items()
              if old in present and old not in wanted and new in wanted
              and new not in present}

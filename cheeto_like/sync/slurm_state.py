@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import NamedTuple
 
 from .slurm_limits import Limits
 
@@ -100,6 +102,7 @@ class AccountState:
     max_submit_jobs: int | None = None
     max_wall_minutes: int | None = None
     extra: Limits = ()  # actual side: other limits set on the account row (to be cleared)
+    grp_tres_mins: TRES = ()  # GrpTRESMins: a quota block (sync/slurm_quota.py)
 
     @property
     def limits(self) -> tuple[int | None, int | None, int | None, int | None]:
@@ -107,9 +110,13 @@ class AccountState:
                 self.max_wall_minutes)
 
 
-@dataclass(frozen=True, order=True)
-class AssocKey:
-    """A per-user association: (user, account, partition)."""
+class AssocKey(NamedTuple):
+    """A per-user association: (user, account, partition).
+
+    A named tuple, not a dataclass: a site's plan hashes and compares 60k of these
+    several times, and a tuple does both in C (a frozen dataclass's ``__hash__`` and
+    ``__eq__`` are Python functions, about 5x slower there).
+    """
 
     user: str
     account: str
@@ -119,11 +126,15 @@ class AssocKey:
         return f"{self.user}@{self.account}/{self.partition}"
 
 
-@dataclass(frozen=True)
-class AssocState:
+class AssocState(NamedTuple):
+    """What one association carries. A named tuple like ``AssocKey`` (change one with
+    ``state._replace(…)``): the plan compares a site's 60k (key, state) pairs as sets,
+    which stays in C only when both halves hash and compare as tuples."""
+
     qos: frozenset[str]
     default_qos: str | None = None
     extra: Limits = ()  # actual side: limits set on the user row itself (to be cleared)
+    grp_tres_mins: TRES = ()  # GrpTRESMins: a quota block (sync/slurm_quota.py)
 
 
 @dataclass(frozen=True)
@@ -146,9 +157,38 @@ class SlurmState:
     # adding the new name and deleting the old one (docs/sacctmgr-notes.md §11)
     renames: Mapping[str, str] = field(default_factory=dict)
 
-    def user_accounts(self) -> dict[str, set[str]]:
-        """user -> accounts they have at least one association in."""
-        found: dict[str, set[str]] = {}
-        for key in self.associations:
-            found.setdefault(key.user, set()).add(key.account)
+    def user_account_pairs(self) -> frozenset[tuple[str, str]]:
+        """Every (user, account) with at least one association (computed once per
+        state, in C: 60k keys become 20k pairs without a Python loop)."""
+        found = self.__dict__.get("_pairs")
+        if found is None:
+            keys = self.associations
+            found = frozenset(zip(map(_FIRST, keys), map(_SECOND, keys), strict=True))
+            self.__dict__["_pairs"] = found
         return found
+
+    def users(self) -> frozenset[str]:
+        """Every user with at least one association (computed once per state)."""
+        found = self.__dict__.get("_users")
+        if found is None:
+            found = frozenset(map(_FIRST, self.user_account_pairs()))
+            self.__dict__["_users"] = found
+        return found
+
+    def user_accounts(self) -> dict[str, set[str]]:
+        """user -> accounts they have at least one association in (computed once per
+        state: the plan asks several times; treat the answer as read-only)."""
+        found = self.__dict__.get("_user_accounts")
+        if found is None:
+            found = {}
+            for user, account in self.user_account_pairs():
+                accounts = found.get(user)
+                if accounts is None:
+                    found[user] = {account}
+                else:
+                    accounts.add(account)
+            self.__dict__["_user_accounts"] = found
+        return found
+
+
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)  # AssocKey -> user, account

@@ -32,7 +32,12 @@ _BLOCKING = frozenset({"MaxJobs", "MaxSubmitJobs", "GrpJobs", "GrpSubmitJobs"})
 
 
 def _blocking(state: AssocState) -> list[str]:
-    return [f"{k}={v}" for k, v in state.extra if k in _BLOCKING and v == "0"]
+    """Limits that refuse or hold every job; ``GrpTRESMins=cpu=0`` is a quota block
+    (sync/slurm_quota.py), so it counts (a ``gres/gpu=0`` one holds GPU jobs only)."""
+    found = [f"{k}={v}" for k, v in state.extra if k in _BLOCKING and v == "0"]
+    found += [f"{k}={v} (out of quota)" for k, v in state.extra
+              if k == "GrpTRESMins" and "cpu=0" in v.split(",")]
+    return found
 
 
 async def _resolve(user_name: str) -> tuple[str, str | None]:

@@ -937,6 +937,44 @@ def test_every_limit_column_reads_back_and_minus_one_clears_it(mgr: Mgr) -> None
     assert parse_limits(row[1:], QOS_LIMITS) == ()
 
 
+def test_quota_blocks_grptresmins_zero_reads_back_and_mixed_set_clears(mgr: Mgr) -> None:
+    """§12: a quota block (``GrpTRESMins=cpu=0``) on a user row and an account row reads
+    back as ``cpu=0`` with WOPLimits; one ``GrpTRESMins=cpu=0,mem=-1`` sets one key and
+    clears another; adding rows with the block works in the same call."""
+    from cheeto_like.sync.slurm_actual import parse_limit_rows, with_limits
+    from cheeto_like.sync.slurm_limits import ASSOC_LIMIT_FORMAT, tres_mins_args
+    from cheeto_like.sync.slurm_state import AccountState, AssocKey, AssocState
+
+    c = mgr.cluster("cfquota")
+    mgr.run("add", "account", "cfa_q", f"cluster={c}", "GrpTRESMins=gres/gpu=0")
+    mgr.run("add", "user", "cfu_q", "account=cfa_q", f"cluster={c}", "GrpTRESMins=cpu=0")
+    mgr.run("add", "user", "cfu_q2", "account=cfa_q", f"cluster={c}")
+    mgr.run("modify", "user", "where", "name=cfu_q2", "account=cfa_q", f"cluster={c}",
+            "set", "GrpTRESMins=cpu=500,mem=7")
+
+    def read() -> tuple[dict[str, AccountState], dict[AssocKey, AssocState]]:
+        text = "\n".join("|".join(r) for r in mgr.rows(
+            "show", "assoc", "where", f"cluster={c}", "WOPLimits",
+            f"format=account,user,partition,{ASSOC_LIMIT_FORMAT}"))
+        accounts = {"cfa_q": AccountState("cfa_q")}
+        assocs = {AssocKey(u, "cfa_q", ""): AssocState(frozenset()) for u in ("cfu_q", "cfu_q2")}
+        with_limits(accounts, assocs, parse_limit_rows(text))
+        return accounts, assocs
+
+    accounts, assocs = read()
+    assert accounts["cfa_q"].grp_tres_mins == (("gres/gpu", 0),)
+    assert assocs[AssocKey("cfu_q", "cfa_q", "")].grp_tres_mins == (("cpu", 0),)
+    drifted = assocs[AssocKey("cfu_q2", "cfa_q", "")]
+    assert drifted.grp_tres_mins == (("cpu", 500), ("mem", 7)) and drifted.extra == ()
+    mgr.run("modify", "user", "where", "name=cfu_q2", "account=cfa_q", f"cluster={c}", "set",
+            *tres_mins_args((("cpu", 0),), drifted.grp_tres_mins))
+    mgr.run("modify", "account", "where", "name=cfa_q", f"cluster={c}", "set",
+            *tres_mins_args((), (("gres/gpu", 0),)))
+    accounts, assocs = read()
+    assert assocs[AssocKey("cfu_q2", "cfa_q", "")].grp_tres_mins == (("cpu", 0),)
+    assert accounts["cfa_q"].grp_tres_mins == ()
+
+
 # ================================================================= §11 renames
 
 

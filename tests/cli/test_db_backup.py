@@ -201,3 +201,27 @@ async def test_dump_pipes_into_restore(db, cli_config, tmp_path):
     assert restorer.returncode == 0, restore_err.decode()
     assert await all_documents(db.client[target_db]) == await all_documents(db.database)
     await drop(db, target_db)
+
+
+async def test_a_restore_that_fails_while_writing_changes_nothing(db, cli, tmp_path):
+    """An archive that reads and validates but breaks a unique index half-way (a second
+    user with a taken name, under another _id) fails in the store's transaction: the
+    forced restore leaves the store exactly as it was, nothing deleted, nothing added."""
+    from cheeto_like import backup
+
+    await seed(db)
+    archive = tmp_path / "good.tar.gz"
+    assert (await cli("db", "dump", "-o", str(archive))).code == 0
+    before = await all_documents(db.database)
+    parsed = backup.read_archive(archive)
+    users = parsed.collections["users"]
+    assert len(users) >= 2
+    clone = dict(users[-1], _id="f" * 32)
+    users.append(clone)
+    clash = tmp_path / "clash.tar.gz"
+    with clash.open("wb") as fh:
+        backup.build_archive(parsed.database, parsed.collections, fh)
+    r = await cli("db", "restore", str(clash), "--force")
+    assert r.code == 1, r.stderr
+    assert "nothing was changed" in r.stderr
+    assert await all_documents(db.database) == before

@@ -168,3 +168,28 @@ async def test_quota_notify_dry_run_lists_what_is_due(cli, farm):
         ("alice", "cpu", 100)]
     r = await cli("ng", "quota", "notify", "-s", "farm")  # no mail section: one line, 2
     assert r.code == 2 and "mail section" in r.stderr and len(r.error_lines) == 1
+
+
+async def test_summary_lists_accounts_fullest_first_with_quota_and_percent(cli, farm):
+    await make_group(farm, "quiet")
+    for argv in (["--account", "lab", "--cpu", "4h", "--gpu", "1h"],
+                 ["--account", "quiet", "--cpu", "10h"]):
+        r = await cli("ng", "quota", "set", "-s", "farm", *argv, "--period", "monthly")
+        assert r.code == 0, r.stderr
+    r = await cli("ng", "usage", "summary", "-s", "farm", "--csv")
+    assert r.code == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert list(rows[0]) == ["site", "account", "source", "period", "cpu_used_h",
+                             "cpu_quota_h", "cpu_percent", "gpu_used_h", "gpu_quota_h",
+                             "gpu_percent", "blocked"]
+    assert [(row["account"], row["cpu_used_h"], row["cpu_quota_h"], row["cpu_percent"],
+             row["gpu_percent"], row["blocked"]) for row in rows] == [
+        ("lab", "3.0", "4.0", "75.0", "100.0", "True"),  # out of GPU minutes: held
+        ("quiet", "0.0", "10.0", "0.0", "", "False"),
+        ("other", "0.2", "", "", "", "False")]  # no quota: last
+    r = await cli("ng", "usage", "summary", "-s", "farm", "--json")
+    assert r.code == 0 and r.json()["accounts"][0]["account"] == "lab"
+    r = await cli("ng", "usage", "summary", "-s", "farm")
+    assert r.code == 0 and r.stdout == "" and "fullest first" in r.stderr
+    r = await cli("ng", "usage", "summary", "-s", "nowhere")
+    assert r.code == 2 and len(r.stderr.strip().splitlines()) == 1

@@ -210,11 +210,12 @@ async def test_openapi_document(client):
     assert r.status_code == 200
     doc = r.json()
     assert doc["info"]["title"] == "cheeto"
-    assert set(doc["paths"]) == {"/puppet/root-keys/{site}", "/puppet/storage/{site}",
-                                 "/healthz"}
+    legacy = {"/puppet/root-keys/{site}", "/puppet/storage/{site}", "/healthz"}
+    assert legacy <= set(doc["paths"])
+    assert all(p.startswith("/api/v1/") for p in set(doc["paths"]) - legacy)
     schemes = doc["components"]["securitySchemes"]
-    assert schemes["APIKeyHeader"] == {"type": "apiKey", "in": "header", "name": "X-API-Key",
-                                       "description": "the api.api_key of the server's config"}
+    assert schemes["APIKeyHeader"]["in"] == "header"
+    assert schemes["APIKeyHeader"]["name"] == "X-API-Key"
     root = doc["paths"]["/puppet/root-keys/{site}"]["get"]["responses"]
     assert set(root["200"]["content"]) == {"text/plain", "application/json"}
     assert {"401", "404"} <= set(root)
@@ -377,9 +378,70 @@ async def test_export_cache_serves_stale_while_one_refresh_runs():
     await asyncio.sleep(0.1)
     assert await cache.get(("root-keys", "farm"), compute) == (2, "hit")
     assert calls == 2
-    await asyncio.sleep(0.45)  # past twice the ttl: too old to serve
-    assert await cache.get(("root-keys", "farm"), compute) == (3, "miss")
+    await asyncio.sleep(0.45)  # however old: the previous body, while one rebuild runs
+    assert await cache.get(("root-keys", "farm"), compute) == (2, "stale")
+    await asyncio.sleep(0.1)
+    assert await cache.get(("root-keys", "farm"), compute) == (3, "hit")
     await cache.close()
+
+
+async def test_export_cache_rebuilds_when_the_generation_moves_never_making_a_client_wait():
+    generations = {"all": 1, "site:farm": 1, "site:peak": 1}
+    reads = 0
+
+    async def read() -> dict[str, int]:
+        nonlocal reads
+        reads += 1
+        return dict(generations)
+
+    calls = 0
+    gate = asyncio.Event()
+
+    async def compute() -> int:
+        nonlocal calls
+        calls += 1
+        await gate.wait()
+        return calls
+
+    cache = ExportCache(3600, poll=0, read_generations=read)
+    gate.set()
+    assert await cache.get(("storage", "farm"), compute) == (1, "miss")
+    assert await cache.get(("storage", "peak"), compute) == (2, "miss")
+    assert await cache.get(("storage", "farm"), compute) == (1, "hit")
+    generations["site:farm"] = 2  # an operation touched farm
+    gate.clear()
+    outdated = [await cache.get(("storage", "farm"), compute) for _ in range(3)]
+    assert outdated == [(1, "stale")] * 3  # nobody waits; one rebuild started
+    assert await cache.get(("storage", "peak"), compute) == (2, "hit")  # other sites keep
+    gate.set()
+    await asyncio.sleep(0.01)
+    assert await cache.get(("storage", "farm"), compute) == (3, "hit")
+    generations["all"] = 2  # an operation that can reach every site
+    assert await cache.get(("storage", "peak"), compute) == (2, "stale")
+    await asyncio.sleep(0.01)
+    assert await cache.get(("storage", "peak"), compute) == (4, "hit")
+    assert calls == 4
+    await cache.close()
+
+
+async def test_export_cache_reads_the_generations_once_per_poll():
+    reads = 0
+
+    async def read() -> dict[str, int]:
+        nonlocal reads
+        reads += 1
+        await asyncio.sleep(0.01)
+        return {"all": reads}
+
+    async def compute() -> str:
+        return "body"
+
+    cache = ExportCache(3600, poll=60, read_generations=read)
+    results = await asyncio.gather(*(cache.get(("storage", "farm"), compute)
+                                     for _ in range(20)))
+    assert reads == 1 and {r[0] for r in results} == {"body"}
+    assert await cache.get(("storage", "farm"), compute) == ("body", "hit")
+    assert reads == 1
 
 
 async def test_export_cache_does_not_keep_failures():
@@ -433,21 +495,63 @@ async def test_cached_exports_and_their_headers(seeded):
         assert storage[1].json() == STORAGE
 
 
-async def test_a_change_shows_after_the_ttl_or_at_once_uncached(seeded):
+async def test_a_write_bumps_the_generation_and_the_api_serves_the_new_body(seeded):
+    """The write path bumps the data generation in the operation's transaction; the
+    cached API serves the previous body once (while it rebuilds), then the new one,
+    without waiting for ``cache_seconds``. Uncached clients see the change at once."""
     from cheeto_like.models import SshKey
     from cheeto_like.operations.user import AddUserSshKey, RemoveUserSshKey
+    from cheeto_like.queries.generations import all_generations, site_generation
 
     extra = ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAcUIS47SFVib3yJlqOwvcrX5PH+CxglMj9MWWZzgI2b"
              " dave@spare")
-    async with client_for(seeded, api_key=KEY, cache_seconds=3600) as cached, \
+    async with client_for(seeded, api_key=KEY, cache_seconds=3600,
+                          generation_poll_seconds=0) as cached, \
             client_for(seeded, api_key=KEY, cache_seconds=0) as fresh:
         assert (await cached.get("/puppet/root-keys/farm", headers=TEXT)).text == ROOT_TEXT
+        hit = await cached.get("/puppet/root-keys/farm", headers=TEXT)
+        assert (hit.text, hit.headers["x-cache"]) == (ROOT_TEXT, "hit")
+        before = site_generation(await all_generations(), "farm")
         await AddUserSshKey.run(seeded, AUTHOR, name="dave", key=extra)
         try:
+            after = site_generation(await all_generations(), "farm")
+            assert after > before  # a user's key is global: the every-site counter moved
             stale = await cached.get("/puppet/root-keys/farm", headers=TEXT)
-            assert (stale.text, stale.headers["x-cache"]) == (ROOT_TEXT, "hit")
+            assert (stale.text, stale.headers["x-cache"]) == (ROOT_TEXT, "stale")
+            for _ in range(100):  # the one rebuild runs in the background
+                new = await cached.get("/puppet/root-keys/farm", headers=TEXT)
+                if new.headers["x-cache"] == "hit":
+                    break
+                await asyncio.sleep(0.02)
+            assert "dave@spare" in new.text and new.headers["x-cache"] == "hit"
             now = await fresh.get("/puppet/root-keys/farm", headers=TEXT)
             assert "dave@spare" in now.text and now.headers["x-cache"] == "miss"
         finally:
             key = await SshKey.find_one({"user": "dave", "key": extra})
             await RemoveUserSshKey.run(seeded, AUTHOR, name="dave", key_id=key.id)
+
+
+async def test_an_operation_on_one_site_bumps_only_that_site(seeded):
+    from cheeto_like.operations.site import AddSiteAlias, RemoveSiteAlias
+    from cheeto_like.queries.generations import all_generations, site_generation
+
+    before = await all_generations()
+    await AddSiteAlias.run(seeded, AUTHOR, site="peak", alias="summit")
+    try:
+        after = await all_generations()
+        assert site_generation(after, "peak") == (before.get("all", 0),
+                                                  before.get("site:peak", 0) + 1)
+        assert site_generation(after, "farm") == site_generation(before, "farm")
+    finally:
+        await RemoveSiteAlias.run(seeded, AUTHOR, site="peak", alias="summit")
+
+
+async def test_a_failed_operation_bumps_no_generation(seeded):
+    from cheeto_like.errors import CheetoError
+    from cheeto_like.operations.site import AddSiteAlias
+    from cheeto_like.queries.generations import all_generations
+
+    before = await all_generations()
+    with pytest.raises(CheetoError):  # the alias is already farm's
+        await AddSiteAlias.run(seeded, AUTHOR, site="peak", alias="caesfarm")
+    assert await all_generations() == before

@@ -146,7 +146,8 @@ def test_unknown_task_names(tmp_path):
     with pytest.raises(InvalidInput, match="unknown task 'make_coffee' \\(known: slurm_sync, "
                                            "ldap_sync, sympa_export, puppet_sync, "
                                            "hippo_process, iam_sync, reap, alert_digest, "
-                                           "usage_collect\\)"):
+                                           "usage_collect, request_escalate, "
+                                           "cluster_monitor, audit\\)"):
         lookup("make_coffee")
 
 
@@ -208,7 +209,9 @@ puppet_sync: {repo: /srv/puppet}
                                                            "expires": 86400.0}
     assert plan.notes[0] == "task puppet_sync has no schedule; it runs only when enqueued"
     assert [n.split()[1] for n in plan.notes[1:]] == ["hippo_process", "iam_sync", "reap",
-                                                      "alert_digest", "usage_collect"]
+                                                      "alert_digest", "usage_collect",
+                                                      "request_escalate", "cluster_monitor",
+                                                      "audit"]
     # (no blocks: disabled)
 
 
@@ -231,7 +234,9 @@ sympa:
           f"daemon.tasks.{block} block; not scheduled"
           for name, block in (("hippo_process", "hippo"), ("iam_sync", "iam_sync"),
                               ("reap", "reap"), ("alert_digest", "alerts"),
-                              ("usage_collect", "usage_collect")))]
+                              ("usage_collect", "usage_collect"),
+                              ("request_escalate", "requests"),
+                              ("cluster_monitor", "cluster_monitor"), ("audit", "audit")))]
 
 
 def test_a_bad_crontab_or_a_scheduled_task_without_sites_is_refused(tmp_path):
@@ -280,14 +285,14 @@ def test_results_go_to_the_application_database(tmp_path):
     assert settings["options"] == {"serverSelectionTimeoutMS": 5000, "connectTimeoutMS": 5000}
     app = make_app(embedded.model_copy(update={"daemon": config(tmp_path).daemon}))
     assert app.backend.mongo_host == socket_uri
-    # over TCP the credential travels as SASL PLAIN options, never in the URL
+    # over TCP the credential travels as SCRAM-SHA-256 options, never in the URL
     tcp = load_config(_write(tmp_path, "mongo: {default: {embedded: {listen: tcp, port: 27999, "
                                        "token: t0ken}}}\n"))
     url, settings = result_backend(tcp.mongo)
     assert url == "mongodb://127.0.0.1:27999/?directConnection=true"
     assert settings["options"] == {
         "serverSelectionTimeoutMS": 5000, "connectTimeoutMS": 5000, "username": "cheeto",
-        "password": "t0ken", "authMechanism": "PLAIN", "authSource": "$external"}
+        "password": "t0ken", "authMechanism": "SCRAM-SHA-256", "authSource": "admin"}
     real = load_config(_write(tmp_path, """\
 mongo:
   default:
@@ -351,10 +356,12 @@ def test_the_router_sends_slurm_sync_to_its_sites_queue_only(tmp_path):
     assert app.amqp.router.route({}, "celery.backend_cleanup", (), {})["queue"].name == \
         "cheeto"
     assert sorted(n for n in app.tasks if n.startswith("cheeto.")) == [
-        "cheeto.alert_digest", "cheeto.hippo_process", "cheeto.iam_sync", "cheeto.ldap_sync",
-        "cheeto.puppet_sync", "cheeto.reap", "cheeto.slurm_sync", "cheeto.sympa_export",
+        "cheeto.alert_digest", "cheeto.audit", "cheeto.cluster_monitor", "cheeto.hippo_process",
+        "cheeto.iam_sync", "cheeto.ldap_sync", "cheeto.puppet_sync", "cheeto.reap",
+        "cheeto.request_escalate", "cheeto.slurm_sync", "cheeto.sympa_export",
         "cheeto.usage_collect"]
-    for name in ("cheeto.hippo_process", "cheeto.iam_sync", "cheeto.reap"):
+    for name in ("cheeto.hippo_process", "cheeto.iam_sync", "cheeto.reap",
+                 "cheeto.request_escalate"):
         assert route_task(name, (), {}, {}) == {"queue": "cheeto"}
     assert app.conf.beat_scheduler == f"{CheetoScheduler.__module__}:CheetoScheduler"
 

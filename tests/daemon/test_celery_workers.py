@@ -116,7 +116,8 @@ def daemon(rabbitmq: RabbitMQ, slapd: Slapd, mongo_config, request,  # noqa: F81
     ldap = {"servers": [slapd.uri], "searchbase": slapd.suffix,
             "user_base": f"ou={PEOPLE},{slapd.suffix}", "login_dn": slapd.root_dn,
             "password": slapd.root_password, "use_tls": True, "ca_file": str(slapd.ca_file)}
-    return Daemon(base, mongo_block(mongo_config, module_database(request)), rabbitmq.url,
+    return Daemon(base, mongo_block(mongo_config, module_database(request)),
+                  rabbitmq.vhost_url(module_database(request)),
                   ldap)
 
 
@@ -430,6 +431,30 @@ async def test_reap_runs_on_the_hub_as_a_singleton(cli, daemon, farm, workers):
         [row] = r.json()
         assert row["result"]["worker"] == HUB and row["result"]["site"] is None
         assert (await User.find_one(User.name == "dmnleaver")).status == "inactive"
+    finally:
+        daemon.write()
+
+
+async def test_request_escalate_runs_on_the_hub_and_escalates_once(cli, daemon, farm, workers):
+    """Issue 16: the beat task stamps each request past its SLA once, on the hub."""
+    import time
+
+    from cheeto_like.models import Request
+    from cheeto_like.operations.request import FileRequest
+
+    old = await FileRequest.run(farm, "dmn1", kind="join", site=SITE, group=LAB, user="dmn1",
+                                steps=["sponsor"], created_epoch=int(time.time()) - 9 * 86400)
+    daemon.write(requests={})
+    try:
+        r = await enqueue(cli, daemon, "request_escalate", "--wait")
+        assert r.code == 0, r.stderr
+        [row] = r.json()
+        assert row["result"]["worker"] == HUB and row["result"]["escalated"] == [old.number]
+        assert (await Request.find_one({"number": old.number})).escalated_epoch is not None
+        r = await enqueue(cli, daemon, "request_escalate", "--wait")
+        assert r.code == 0 and r.json()[0]["result"]["escalated"] == []
+        [run] = await SyncRun.find({"target": "requests"}).to_list()
+        assert run.extra["escalations"][0]["key"] == f"request:{old.number}"
     finally:
         daemon.write()
 

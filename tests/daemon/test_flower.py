@@ -227,7 +227,7 @@ def start_flower(procs: list[Proc], config: Path, tmp: Path, *args: str) -> str:
 def test_flower_shows_the_worker_behind_basic_auth(rabbitmq, mongo_config, request,  # noqa: F811
                                                    tmp_path, procs):
     config = write_config(tmp_path / "config.yaml", mongo_config, module_database(request),
-                          rabbitmq.url)
+                          rabbitmq.vhost_url(module_database(request)))
     worker = Proc([CHEETO, "daemon", "worker", "--config", str(config), "--name",
                    "flower-test-hub@%h"], tmp_path / "worker.log")
     procs.append(worker)

@@ -83,7 +83,7 @@ async def test_jobs_need_their_sections(db):
 async def test_alert_digest_job(db, config, mailbox):
     assert await alert_digest_job(db, config, AUTHOR) == {
         "sent": False, "sync_failures": 0, "guard_trips": 0, "failed_tasks": 0,
-        "stuck_tasks": 0}
+        "stuck_tasks": 0, "escalations": 0, "quota_thresholds": 0}
     await SyncRun(target="ldap", site="farm", status="aborted", error="cap",
                   finished_at=utcnow()).insert()
     result = await alert_digest_job(db, config, AUTHOR)

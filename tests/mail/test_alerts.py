@@ -66,7 +66,8 @@ async def test_the_digest_reports_each_kind_of_problem_once(db, config, mailbox)
     assert result.sent and result.recorded
     digest = result.digest
     assert digest.counts() == {"sync_failures": 1, "guard_trips": 1, "failed_tasks": 1,
-                               "stuck_tasks": 3}
+                               "stuck_tasks": 3, "escalations": 0,
+                               "quota_thresholds": 0}
     [mail] = mailbox.messages
     assert mail.rcpt_tos == ["hpc-ops@example.org"]
     assert mail.subject == "[cheeto] 6 problem(s) need attention"

@@ -39,6 +39,26 @@ VARIABLES = {
                         "resource": "CPU", "threshold": 90, "percent": 91.5,
                         "used_hours": "91.5", "quota_hours": "100.0",
                         "period_start": "2026-11-01", "period_end": "2026-12-01"},
+    "request_update": {"number": 3, "request_kind": "access", "kind_help": "an access grant",
+                       "event": "done", "event_words": "approved and done", "actor": "bob",
+                       "summary": "sudo access for alice at farm", "reason": "",
+                       "note": "ok", "next_step": "", "status": "done",
+                       "due": "2026-12-08 15:00 UTC",
+                       "actions": ["add_user_access(name=alice, access=['sudo'], site=farm)"]},
+    "audit_digest": {"subject_prefix": "[cheeto audit]", "scope": "farm",
+                     "when": "2026-12-01 06:00", "run": "r1", "total": 2, "new": 1,
+                     "resolved": 1, "by_severity": "1 high, 1 info",
+                     "previous": "2026-11-24 06:00",
+                     "new_findings": [{"severity": "high", "kind": "inactive_holds_role",
+                                       "site": "farm", "object": "bob@lab_x",
+                                       "detail": "inactive but still sponsor of lab_x",
+                                       "fix": "cheeto ng group remove sponsor -g lab_x -u bob"
+                                              " -s farm"}],
+                     "new_more": 0, "resolved_more": 0,
+                     "resolved_findings": [{"severity": "info", "kind": "privileged",
+                                            "site": "farm", "object": "alice"}],
+                     "ongoing": [{"kind": "privileged", "severity": "info", "count": 1}],
+                     "sources": "store ok, slurm:farm ok"},
 }
 
 

@@ -67,8 +67,30 @@ def slapd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slapd]:
     yield from _serve("slapd", service)
 
 
+# pytest makes a fixture definition of its own for every module that imports a fixture
+# function, and caches a session fixture's value per definition: N test modules importing
+# `rabbitmq` would each boot (and keep until the session ends) a node of their own. The
+# broker is therefore started once, shared by every definition, and stopped when the last
+# of them is torn down (all at the end of the session). Modules take their own vhost.
+_SHARED_BROKER: list[RabbitMQ] = []
+_BROKER_USERS = [0]
+
+
 @pytest.fixture(scope="session")
 def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitMQ]:
-    """An isolated RabbitMQ node (~5 s boot); use `.url` as the Celery broker."""
-    service = RabbitMQ(tmp_path_factory.mktemp("rabbitmq")).start()
-    yield from _serve("rabbitmq", service)
+    """The session's one isolated RabbitMQ node (~5 s boot). Celery tests use
+    `.vhost_url(module_database(request))` as their broker, so the modules' workers never
+    see each other's queues; `.url` is the default vhost."""
+    if not _SHARED_BROKER:
+        _SHARED_BROKER.append(RabbitMQ(tmp_path_factory.mktemp("rabbitmq")).start())
+        BRING_UP_TIMES["rabbitmq"] = (_SHARED_BROKER[0].startup_seconds,
+                                      dict(_SHARED_BROKER[0].timings))
+    service = _SHARED_BROKER[0]
+    _BROKER_USERS[0] += 1
+    try:
+        yield service
+    finally:
+        _BROKER_USERS[0] -= 1
+        if _BROKER_USERS[0] == 0:
+            _SHARED_BROKER.clear()
+            service.stop()

@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import quote
 
 from ._proc import (
     ServiceError,
@@ -85,6 +86,7 @@ class RabbitMQ:
         self._server: subprocess.Popen[bytes] | None = None
         self._epmd: subprocess.Popen[bytes] | None = None
         self._notify: socket.socket | None = None
+        self._vhosts: set[str] = set()
 
     # ------------------------------------------------------------ addresses
 
@@ -323,6 +325,16 @@ class RabbitMQ:
     def client_env(self) -> dict[str, str]:
         """The current environment plus `env`, for rabbitmqctl and friends."""
         return {**os.environ, **self.env}
+
+    def vhost_url(self, name: str) -> str:
+        """A broker URL on a vhost of its own (made, with guest's permissions, on first
+        use): test modules share one node per session, and a vhost keeps each module's
+        queues, pidbox broadcasts and leftover messages away from the others' workers."""
+        if name not in self._vhosts:
+            self.rabbitmqctl("add_vhost", name)
+            self.rabbitmqctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
+            self._vhosts.add(name)
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/{quote(name, safe='')}"
 
     def rabbitmqctl(
         self, *args: str, check: bool = True, timeout: float = 60.0

@@ -166,7 +166,7 @@ class SlurmCluster(SlurmAccounting):
             f"SlurmdPort={self.slurmd_port}\n"
             "CommunicationParameters=NoInAddrAny,NoCtldInAddrAny\n"  # loopback only
             f"SlurmdUser={self.run_user}\n"
-            "AccountingStorageEnforce=associations,limits,qos\n"
+            "AccountingStorageEnforce=associations,limits,qos,safe\n"
             f"StateSaveLocation={base / 'state'}\n"
             f"SlurmdSpoolDir={base / 'spool'}\n"
             f"SlurmctldPidFile={base / 'slurmctld.pid'}\n"

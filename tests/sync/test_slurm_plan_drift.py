@@ -87,9 +87,13 @@ def test_limit_columns_parse_and_render_their_reset():
     accounts = {"lab": AccountState("lab")}
     assocs = {AssocKey("bob", "lab", "gpu"): A}
     with_limits(accounts, assocs, rows)
-    # MaxJobs/MaxWall on the account row are the store's own limits, not extras
-    assert accounts["lab"].extra == (("GrpTRESMins", "cpu=10,gres/gpu:a100=2"),)
-    assert assocs[AssocKey("bob", "lab", "gpu")].extra == bob
+    # MaxJobs/MaxWall on the account row are the store's own limits, not extras;
+    # GrpTRESMins is the store's too (quota blocks), parsed into grp_tres_mins
+    assert accounts["lab"].extra == ()
+    assert accounts["lab"].grp_tres_mins == (("cpu", 10), ("gres/gpu:a100", 2))
+    bob_row = assocs[AssocKey("bob", "lab", "gpu")]
+    assert bob_row.extra == (("MaxJobs", "0"), ("MaxWall", "00:01:00"))
+    assert bob_row.grp_tres_mins == (("cpu", 10), ("gres/gpu:a100", 2))
 
 
 def test_hand_set_limits_on_owned_rows_are_cleared():

@@ -186,3 +186,41 @@ def _(parser: a.Parser) -> None:
     fmt.add_argument("--yaml", action="store_true", help="print YAML on stdout")
     fmt.add_argument("--json", action="store_true", help="print JSON on stdout")
     fmt.add_argument("--csv", action="store_true", help="print CSV on stdout (see README)")
+
+
+@command("ng", "usage", "summary",
+         help="the platform summary: every account's usage, quota and percent at a site",
+         store=True)
+async def usage_summary(args: argparse.Namespace) -> int:
+    from ...models import SlurmAccount
+    from ...queries.quota import SUMMARY_COLUMNS, platform_summary
+    from ...queries.site import get_site
+
+    ctx = args.ctx
+    site = await get_site(args.site)
+    names = [a.group for a in await SlurmAccount.find({"site": site.name}).to_list()]
+    rows = [r.as_dict() for r in await platform_summary(site.name, utcnow(), names)]
+    if args.csv:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=["site", *SUMMARY_COLUMNS],
+                                lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({"site": site.name, **row} for row in rows)
+        ctx.out.write_raw(buffer.getvalue())
+        return 0
+    data = {"site": site.name, "accounts": rows}
+    if ctx.out.machine:
+        ctx.out.write_data(data)
+        return 0
+    ctx.out.table(rows, title=f"accounts at {site.name}, fullest first (hours; jobs ended "
+                  "in each account's quota period)", columns=list(SUMMARY_COLUMNS), data=data)
+    return 0
+
+
+@usage_summary.args()
+def _(parser: a.Parser) -> None:
+    a.site(parser)
+    fmt = parser.add_mutually_exclusive_group()
+    fmt.add_argument("--yaml", action="store_true", help="print YAML on stdout")
+    fmt.add_argument("--json", action="store_true", help="print JSON on stdout")
+    fmt.add_argument("--csv", action="store_true", help="print CSV on stdout (see README)")

@@ -1,0 +1,69 @@
+"""Who is asking: a person (signed token) or a machine (API key), with what they hold.
+
+Roles are looked up on every request rather than written into the token, so a revoked
+grant takes effect at once instead of when the token expires.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..models import GroupMembership, RoleGrant
+from ..models.base import select
+
+Kind = Literal["user", "key", "static"]
+
+
+@dataclass(frozen=True)
+class Principal:
+    """``name`` is the person's login (or ``key:<name>`` for a machine); ``roles`` always
+    holds ``user`` for a person; ``managed`` are the Slurm accounts (group names) a
+    manager or sponsor may read; ``member_of`` the groups the person is a member of;
+    ``scopes`` a key's scopes; ``token_id`` the jti of the token that signed them in."""
+
+    name: str
+    kind: Kind = "user"
+    roles: frozenset[str] = frozenset()
+    managed: frozenset[str] = frozenset()
+    member_of: frozenset[str] = frozenset()
+    scopes: frozenset[str] = frozenset()
+    token_id: str | None = None
+    token_exp: int | None = None
+    extra: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def author(self) -> str:
+        """The History author of what this principal writes."""
+        return self.name
+
+    @property
+    def role(self) -> str:
+        """The highest role (what ``/me`` shows)."""
+        for role in ("admin", "operator", "manager", "user"):
+            if role in self.roles:
+                return role
+        return "none"
+
+
+async def load_person(name: str, *, token_id: str | None = None,
+                      token_exp: int | None = None) -> Principal:
+    """The person's roles, managed accounts (grants and sponsorships) and memberships:
+    two queries, whatever they hold."""
+    grants = await select(RoleGrant, None, user=name)
+    edges = await select(GroupMembership, None, user=name)
+    roles = {"user"} | {g.role for g in grants}
+    managed = {a for g in grants if g.role == "manager" for a in g.accounts}
+    managed |= {e.group for e in edges if "sponsor" in e.roles}
+    if managed:
+        roles.add("manager")
+    member_of = {e.group for e in edges if {"member", "slurmer", "sponsor"} & set(e.roles)}
+    return Principal(name=name, kind="user", roles=frozenset(roles), managed=frozenset(managed),
+                     member_of=frozenset(member_of), token_id=token_id, token_exp=token_exp)
+
+
+def machine(key_name: str, scopes: list[str] | tuple[str, ...]) -> Principal:
+    return Principal(name=f"key:{key_name}", kind="key", scopes=frozenset(scopes))
+
+
+STATIC_KEY = Principal(name="key:api.api_key", kind="static", scopes=frozenset({"puppet:read"}))

@@ -1,0 +1,81 @@
+"""``cheeto migrate from-cheeto``: import a cheeto v2 (reference) database.
+
+Reading and mapping happen before the store is touched; the writer checks the whole
+mapping against the store and writes it in one transaction, or writes nothing and lists
+every refusal. ``--dry-run`` stops after the check.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..config import mask_uri
+from ..errors import Conflict, InvalidInput
+from . import args as a
+from .app import command, group_help
+from .output import esc
+
+group_help("migrate", help="move in: import from another deployment")
+
+
+@command("migrate", "from-cheeto", help="import a cheeto v2 database (a live MongoDB or a "
+                                        "mongodump directory)", store=True)
+async def migrate_from_cheeto(args: argparse.Namespace) -> int:
+    from ..migrate.from_cheeto import map_reference
+    from ..migrate.source import read_dump, read_uri
+    from ..migrate.writer import plan_import, write_import
+
+    ctx = args.ctx
+    if bool(args.uri) == bool(args.dump):
+        raise InvalidInput("give exactly one of --uri or --dump")
+    if args.uri:
+        raw = await read_uri(args.uri, args.database or "cheeto")
+        source = mask_uri(args.uri) + f" database {args.database or 'cheeto'}"
+    else:
+        raw = read_dump(Path(args.dump).expanduser(), args.database)
+        source = f"dump {args.dump}"
+    mapping = map_reference(raw)
+    if args.dry_run:
+        plan = await plan_import(ctx.store, mapping)
+    else:
+        plan = await write_import(ctx.store, mapping, author=ctx.author, source=source)
+    report: dict[str, Any] = {"source": source, "dry_run": args.dry_run,
+                              "collections": plan.counts(), "refused": plan.refusals,
+                              "notes": plan.notes,
+                              "written": (not args.dry_run and plan.ok
+                                          and plan.new_count > 0)}
+    if ctx.out.machine:
+        ctx.out.write_data(report)
+    else:
+        ctx.out.table([c for c in plan.counts() if c["source"] or c["new"] or c["present"]],
+                      title=f"import from {source}",
+                      columns=["collection", "source", "new", "present"])
+        for note in plan.notes:
+            ctx.out.info(f"note: {esc(note)}")
+        for line in plan.refusals:
+            ctx.out.warn(f"refused: {esc(line)}")
+    if not plan.ok:
+        raise Conflict(f"{len(plan.refusals)} refusal(s): nothing was written")
+    if args.dry_run:
+        ctx.out.info(f"dry run: {esc(plan.new_count)} document(s) would be written")
+    elif plan.new_count == 0:
+        ctx.out.info("nothing to import: the store already holds all of it")
+    else:
+        ctx.out.success(f"imported {esc(plan.new_count)} document(s) in one transaction")
+    return 0
+
+
+@migrate_from_cheeto.args()
+def _(parser: a.Parser) -> None:
+    parser.add_argument("--uri", metavar="MONGO_URI",
+                        help="the reference's MongoDB (no password in it: set "
+                             "$CHEETO_SOURCE_MONGO_PASSWORD)")
+    parser.add_argument("--database", metavar="NAME",
+                        help="the reference's database (default cheeto; with --dump, the "
+                             "sub-directory of a mongodump --out tree)")
+    parser.add_argument("--dump", metavar="DIR", help="a mongodump directory of .bson files")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="show counts per collection and every conflict; write nothing")
+    a.output_format(parser)

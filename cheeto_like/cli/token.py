@@ -1,0 +1,43 @@
+"""``cheeto token issue``: a signed API token, made offline with the API's key file (for
+sites without directory sign-in, and for services that act as a person).
+
+The token goes to stdout and nowhere else (not the log, not History), so
+``TOKEN=$(cheeto token issue -u alice)`` captures exactly it. Whoever can read the key
+file can do this for anyone: it is the API's admin secret.
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+
+from ..timeparse import parse_duration
+from . import args as a
+from .app import command, group_help
+from .output import esc
+
+group_help("token", help="signed API tokens, issued offline")
+
+
+@command("token", "issue", help="issue a signed token for a user (printed on stdout)",
+         store=True)
+async def token_issue(args: argparse.Namespace) -> int:
+    from ..auth.tokens import TokenIssuer
+    from ..queries.user import get_user
+
+    ctx = args.ctx
+    user = await get_user(args.user)
+    issuer = TokenIssuer.from_config(ctx.config.api)
+    ttl = parse_duration(args.ttl).total_seconds() if args.ttl else None
+    token, claims = issuer.issue(user.name, ttl)
+    ctx.out.write_raw(token + "\n")
+    until = datetime.fromtimestamp(claims.exp, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    ctx.out.info(f"token for {esc(user.name)}, valid until {esc(until)}")
+    return 0
+
+
+@token_issue.args()
+def _(parser: a.Parser) -> None:
+    a.user(parser, help="who the token signs in")
+    parser.add_argument("--ttl", metavar="DURATION",
+                        help="lifetime, e.g. 8h or 7d (default api.token_ttl_hours, 8h)")

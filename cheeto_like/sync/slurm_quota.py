@@ -1,0 +1,125 @@
+"""Quota enforcement inside Slurm: which associations the sync blocks, and with what.
+
+cheeto's usage ledger (plus adjustments) is the source of truth for CPU- and GPU-minute
+quotas; Slurm only gets the verdict. A user or an account that has used its whole quota
+in the current period gets ``GrpTRESMins=cpu=0`` (out of CPU minutes) and/or
+``GrpTRESMins=gres/gpu=0`` (out of GPU minutes) on the rows that carry it:
+
+- a *user's* quota covers all their work at the site, so every association of the user
+  on the site's cluster is blocked (``AssocGrpCPUMinutesLimit`` for their new jobs);
+- an *account's* quota is written on the account's own row, which Slurm applies to every
+  association under it (``AssocGrpCPUMinutesLimit`` / ``AssocGrpGRESMinutes`` for every
+  member's new jobs).
+
+Why a zero limit and not "Slurm's raw usage + what is left" or GrpTRESMins = quota with
+``PriorityDecayHalfLife=0`` and a usage reset: the ledger has what Slurm's decayed usage
+cannot (GPU-type factors, adjustments, carry-over, explicit periods, one quota across
+several accounts and partitions), a zero never drifts (a balance written as a limit
+changes every ``PriorityCalcPeriod`` while jobs run, so every sync would rewrite it), and
+usage >= 0 always holds, so a zero blocks whatever Slurm's own usage counters say. It
+needs ``AccountingStorageEnforce=…,limits,safe``: without ``safe`` slurmctld *kills*
+running jobs of an association at or over its GrpTRESMins (measured on 22.05: the job
+ended TIMEOUT about 30 s after the limit was set). docs/sacctmgr-notes.md §12 has the
+measurements; README "Usage accounting and quotas" the site settings.
+
+Reads: the site's quotas and defaults (2 queries; nothing more when no limit is in
+force), then ``queries.quota.quota_status`` (adjustments + one ledger aggregation per
+(kind, period window)): a constant number whatever the number of users or jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from ..models.quota import Quota, QuotaDefaults
+from ..queries.quota import QuotaStatus, ResourceStatus, quota_status
+from .slurm_state import TRES, AssocKey, AssocState, SlurmState, tres
+
+GPU_TRES = "gres/gpu"  # counts every GPU type; typed keys are left to the site
+TRES_OF = {"cpu": "cpu", "gpu": GPU_TRES}
+
+
+@dataclass(frozen=True)
+class QuotaBlocks:
+    """What to block: user -> TRES (all their associations), account -> TRES (its row),
+    and one readable line per (kind, name) for the plan's notes."""
+
+    users: Mapping[str, TRES] = field(default_factory=dict)
+    accounts: Mapping[str, TRES] = field(default_factory=dict)
+    notes: Mapping[tuple[str, str], str] = field(default_factory=dict)
+
+
+def out_of(usage: ResourceStatus) -> bool:
+    """Used (ledger + adjustments) has reached the quota; running jobs do not count
+    (they are charged when they end, and are never stopped)."""
+    return usage.quota is not None and usage.used >= usage.quota
+
+
+def blocks_from(statuses: Iterable[QuotaStatus]) -> QuotaBlocks:
+    """Pure: the block of every subject out of CPU and/or GPU minutes."""
+    users: dict[str, TRES] = {}
+    accounts: dict[str, TRES] = {}
+    notes: dict[tuple[str, str], str] = {}
+    for status in statuses:
+        spent = [(resource, usage) for resource, usage in (("cpu", status.cpu),
+                                                            ("gpu", status.gpu))
+                 if out_of(usage)]
+        if not spent:
+            continue
+        (users if status.kind == "user" else accounts)[status.name] = tres(
+            {TRES_OF[resource]: 0 for resource, _ in spent})
+        what = ", ".join(f"{resource.upper()} {usage.used:.1f} of {usage.quota:.1f} min"
+                         for resource, usage in spent)
+        notes[(status.kind, status.name)] = (
+            f"quota: {status.kind} {status.name} is out of quota ({what} in the period "
+            f"from {status.start:%Y-%m-%d}): new jobs are held")
+    return QuotaBlocks(users, accounts, notes)
+
+
+def _limited(quotas: list[Quota], defaults: QuotaDefaults | None) -> bool:
+    if any(q.cpu_minutes is not None or q.gpu_minutes is not None for q in quotas):
+        return True
+    return defaults is not None and any(
+        getattr(defaults, f"{kind}_{resource}_minutes") is not None
+        for kind in ("user", "account") for resource in ("cpu", "gpu"))
+
+
+async def quota_blocks(site: str, now: datetime, *, users: Iterable[str] = (),
+                       accounts: Iterable[str] = ()) -> QuotaBlocks:
+    """The blocks at ``site`` now. ``users``/``accounts`` (the desired state's) are
+    judged even without a quota of their own or any usage: a default quota of 0 or a
+    debit adjustment can put them out too."""
+    quotas = await Quota.find({"site": site}).to_list()
+    defaults = await QuotaDefaults.find_one({"site": site})
+    if not _limited(quotas, defaults):
+        return QuotaBlocks()
+    also = [("user", u) for u in users] + [("account", a) for a in accounts]
+    return blocks_from(await quota_status(site, now, also=also))
+
+
+def with_blocks(state: SlurmState, blocks: QuotaBlocks) -> SlurmState:
+    """``state`` with the blocks written on its rows (pure). Blocks of users or accounts
+    without rows on this cluster have nothing to hold and are left out."""
+    if not blocks.users and not blocks.accounts:
+        return state
+    associations: dict[AssocKey, AssocState] = dict(state.associations)
+    for key, assoc in state.associations.items():
+        if (block := blocks.users.get(key.user)) is not None:
+            associations[key] = assoc._replace(grp_tres_mins=block)
+    accounts = {name: (replace(acc, grp_tres_mins=blocks.accounts[name])
+                       if name in blocks.accounts else acc)
+                for name, acc in state.accounts.items()}
+    present = {("user", key.user) for key in state.associations}
+    present |= {("account", name) for name in state.accounts}
+    notes = [line for subject, line in sorted(blocks.notes.items()) if subject in present]
+    return replace(state, associations=associations, accounts=accounts,
+                   notes=(*state.notes, *notes))
+
+
+async def apply_quota_blocks(state: SlurmState, site: str, now: datetime) -> SlurmState:
+    """The desired state's hook (one call from ``slurm_desired.desired_state``)."""
+    blocks = await quota_blocks(site, now, users={key.user for key in state.associations},
+                                accounts=state.accounts)
+    return with_blocks(state, blocks)

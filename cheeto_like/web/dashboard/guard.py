@@ -1,0 +1,63 @@
+"""How dashboard pages fail: a missing session redirects to the sign-in form, a refusal
+or a store error is an HTML page with the right status (never the API's JSON, never a
+traceback)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI
+from pymongo.errors import PyMongoError
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from ...errors import CheetoError
+from .render import base_path, render
+from .session import NeedSignIn, Refused, optional_session
+
+log = logging.getLogger("cheeto_like.dashboard")
+HEADINGS = {400: "Bad request", 401: "Sign in", 403: "Not allowed", 404: "Not found",
+            409: "Conflict", 413: "Too large", 415: "Unsupported form", 422: "Invalid input",
+            429: "Too many attempts", 503: "Unavailable"}
+
+
+def page[**P](fn: Callable[P, Awaitable[Response]]) -> Callable[P, Awaitable[Response]]:
+    """Turn the store's typed errors into ``Refused`` pages (the app's own handlers answer
+    JSON, which is right for the API only)."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> Response:
+        try:
+            return await fn(*args, **kwargs)
+        except CheetoError as exc:
+            raise Refused(exc.message, exc.http_status) from None
+        except PyMongoError as exc:
+            log.warning("store error on a dashboard page: %s", exc)
+            raise Refused("the store is unavailable; try again shortly", 503) from None
+
+    return wrapper
+
+
+def install_handlers(app: FastAPI) -> None:
+    async def need_sign_in(request: Request, exc: Exception) -> Response:
+        return RedirectResponse(f"{base_path(request)}/login", status_code=303,
+                                headers={"Cache-Control": "no-store"})
+
+    async def refused(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, Refused)
+        session = await _session_or_none(request)
+        return render(request, "error.html", session, status=exc.status, page="", code=exc.status,
+                      heading=HEADINGS.get(exc.status, "Error"), message=exc.message)
+
+    app.add_exception_handler(NeedSignIn, need_sign_in)
+    app.add_exception_handler(Refused, refused)
+
+
+async def _session_or_none(request: Request) -> Any:
+    try:
+        return await optional_session(request)
+    except (CheetoError, PyMongoError):
+        return None

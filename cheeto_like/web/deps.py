@@ -1,0 +1,169 @@
+"""Authentication for the API (and the dashboard): FastAPI dependencies over ``auth/``.
+
+- ``Auth`` (``app.state.auth``) holds the token issuer, the login limiter and the key
+  use recorder of one app.
+- ``optional_principal``: the caller from ``Authorization: Bearer <JWT>`` or
+  ``X-API-Key: ck_…`` (a managed key), or None; a credential that is present but
+  invalid, expired or revoked is a 401, never "anonymous".
+- ``principal``: the same, but nobody is a 401.
+- ``authorize(who, action, target)``: ``rules.can`` or a 403.
+- ``puppet_access``: the puppet routes' check (the static ``api.api_key`` still works,
+  logged as deprecated; managed keys with ``puppet:read``; operators' tokens).
+
+Tokens are checked against the revocation collection on every request (one point
+lookup by ``jti``); a person's roles are read per request (two queries).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.exceptions import HTTPException
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from ..auth import rules
+from ..auth.apikeys import UsageRecorder, find_key, looks_like_key
+from ..auth.principal import Principal, load_person, machine
+from ..auth.ratelimit import LoginLimiter
+from ..auth.tokens import BadToken, TokenIssuer
+from ..config import ApiConfig, Config
+from ..models import RevokedToken
+
+log = logging.getLogger("cheeto_like.api")
+DEPRECATION_LOG_SECONDS = 3600.0
+
+bearer = HTTPBearer(auto_error=False, description="a token from POST /api/v1/login or "
+                    "`cheeto token issue`")
+key_header = APIKeyHeader(name="X-API-Key", auto_error=False,
+                          description="an API key from `cheeto ng apikey create`")
+
+
+class Auth:
+    """What the dependencies need, built once per app."""
+
+    def __init__(self, config: Config, *, issuer: TokenIssuer | None = None) -> None:
+        api = config.api or ApiConfig()
+        self.config = config
+        self.api = api
+        self.issuer = issuer or TokenIssuer.from_config(api)
+        self.limiter = LoginLimiter(api.login_max_failures, api.login_window_seconds)
+        self.recorder = UsageRecorder(None, api.key_use_flush_seconds)
+        self.static_key = (api.api_key.get_secret_value().encode()
+                           if api.api_key is not None else None)
+        # no static key and not managed_keys_only: the puppet routes stay open, as before
+        # (`cheeto daemon api` only starts so with --insecure)
+        self.open_puppet = self.static_key is None and not api.managed_keys_only
+        self._warned_at = -DEPRECATION_LOG_SECONDS
+
+    def warn_static_key(self) -> None:
+        """The deprecation warning, at most once an hour (puppet agents poll often)."""
+        now = time.monotonic()
+        if now - self._warned_at >= DEPRECATION_LOG_SECONDS:
+            self._warned_at = now
+            log.warning("api.api_key is deprecated: create a managed key with `cheeto ng "
+                        "apikey create --name puppet --scope puppet:read` and remove "
+                        "api.api_key from the config")
+
+
+def get_auth(request: Request) -> Auth:
+    return request.app.state.auth
+
+
+def _unauthorized(detail: str) -> HTTPException:
+    return HTTPException(401, detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+async def _from_token(auth: Auth, token: str) -> Principal:
+    try:
+        claims = auth.issuer.verify(token)
+    except BadToken as exc:
+        raise _unauthorized(str(exc)) from None
+    if await RevokedToken.find_one({"jti": claims.jti}) is not None:
+        raise _unauthorized("the token has been revoked")
+    return await load_person(claims.sub, token_id=claims.jti, token_exp=claims.exp)
+
+
+async def _from_key(auth: Auth, secret: str) -> Principal:
+    key = await find_key(secret)
+    if key is None:
+        raise _unauthorized("invalid, expired or revoked API key")
+    auth.recorder.touch(key.id)
+    return machine(key.name, key.scopes)
+
+
+async def optional_principal(
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+        api_key: Annotated[str | None, Depends(key_header)]) -> Principal | None:
+    auth = get_auth(request)
+    if credentials is not None:
+        value = credentials.credentials
+        if looks_like_key(value):
+            return await _from_key(auth, value)
+        return await _from_token(auth, value)
+    if api_key:
+        if looks_like_key(api_key):
+            return await _from_key(auth, api_key)
+        raise _unauthorized("invalid, expired or revoked API key")
+    if request.headers.get("authorization"):
+        raise _unauthorized("send the token as 'Authorization: Bearer <token>'")
+    return None
+
+
+async def principal(
+        who: Annotated[Principal | None, Depends(optional_principal)]) -> Principal:
+    if who is None:
+        raise _unauthorized("sign in (POST /api/v1/login) or send an API key")
+    return who
+
+
+CurrentPrincipal = Annotated[Principal, Depends(principal)]
+
+
+def authorize(who: Principal, action: str, target: rules.Target = rules.NOTHING) -> None:
+    """``rules.can`` or a 403 naming the action (never the reason's data)."""
+    if not rules.can(who, action, target):
+        raise HTTPException(403, f"{who.name} may not {action}")
+
+
+def _raw(value: str) -> bytes:
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogateescape")
+
+
+async def puppet_access(
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+        api_key: Annotated[str | None, Depends(key_header)]) -> None:
+    """The puppet routes: the static key (deprecated), a ``puppet:read`` key or an
+    operator's token. Without a static key, and unless ``api.managed_keys_only``, a
+    request without credentials is served as before (``cheeto daemon api`` only starts
+    so with ``--insecure``)."""
+    auth = get_auth(request)
+    if api_key and auth.static_key is not None and secrets.compare_digest(
+            _raw(api_key), auth.static_key):
+        auth.warn_static_key()
+        return
+    if credentials is None and not api_key:
+        if auth.open_puppet:
+            return
+        raise HTTPException(401, "invalid or missing API key",
+                            headers={"WWW-Authenticate": "X-API-Key"})
+    try:
+        who = await optional_principal(request, credentials, api_key)
+    except HTTPException as exc:
+        raise HTTPException(401, "invalid or missing API key",
+                            headers={"WWW-Authenticate": "X-API-Key"}) from exc
+    if who is None or not rules.can(who, rules.PUPPET_READ):
+        raise HTTPException(403 if who is not None else 401,
+                            "this credential may not read the puppet routes")
+
+
+__all__ = ["Auth", "CurrentPrincipal", "authorize", "get_auth",
+           "optional_principal", "principal", "puppet_access"]

@@ -1,0 +1,185 @@
+"""The auth commands: ``ng role``, ``ng apikey``, ``token issue`` against the store, and
+the API client (``login``, ``me``, ``usage``, ``quota``, ``logout``) against a live
+``cheeto daemon api``."""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cheeto_like.auth.apikeys import fingerprint
+from cheeto_like.auth.tokens import TokenIssuer
+from cheeto_like.config import ApiConfig, MongoConfig
+from cheeto_like.models import ApiKey
+from cheeto_like.store import Store
+from tests.conftest import module_database
+from tests.daemon.test_api_live import Server, write_config
+from tests.web.conftest import PASSWORDS, STATIC_KEY, seed_world
+
+
+@pytest.fixture(scope="module")
+async def world(store: Store) -> Store:
+    await seed_world(store)
+    return store
+
+
+@pytest.fixture(scope="module")
+def setup(world: Store, mongo_config: MongoConfig, request: pytest.FixtureRequest,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Server, Path]]:
+    tmp = tmp_path_factory.mktemp("auth-cli")
+    key_file = tmp / "jwt.key"
+    config = write_config(tmp / "config.yaml", mongo_config, module_database(request),
+                          api_key=STATIC_KEY, jwt_key_file=str(key_file))
+    srv = Server(config, tmp / "api.log").wait()
+    try:
+        yield config, srv, key_file
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def api_env(setup, monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
+    _, srv, _ = setup
+    monkeypatch.setenv("CHEETO_API_URL", srv.url)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return tmp_path / "state" / "cheeto" / "token"
+
+
+async def test_roles_from_the_cli(cli, setup):  # type: ignore[no-untyped-def]
+    config = setup[0]
+    r = await cli("ng", "role", "grant", "-u", "carl", "--role", "manager", "-A", "proj",
+                  config=config)
+    assert r.code == 0, r.stderr
+    r = await cli("ng", "role", "list", "-u", "carl", "--json", config=config)
+    assert r.json() == [{"user": "carl", "role": "manager", "accounts": ["proj"],
+                         "via": "grant"}]
+    r = await cli("ng", "role", "grant", "-u", "carl", "--role", "manager", config=config)
+    assert r.code == 2 and "manager is granted one or more --account" in r.stderr
+    r = await cli("ng", "role", "revoke", "-u", "carl", "--role", "manager", config=config)
+    assert r.code == 0
+    r = await cli("ng", "role", "revoke", "-u", "carl", "--role", "manager", config=config)
+    assert r.code == 2 and "does not have the role" in r.stderr
+
+
+async def test_apikey_lifecycle_from_the_cli(cli, setup):  # type: ignore[no-untyped-def]
+    config = setup[0]
+    r = await cli("ng", "apikey", "create", "--name", "cli-key", "--scope", "puppet:read",
+                  "--expires-in", "90d", config=config)
+    assert r.code == 0, r.stderr
+    secret = r.stdout.strip()
+    assert r.stdout == secret + "\n" and secret.startswith("ck_")  # nothing else on stdout
+    assert secret not in r.stderr and secret[:11] in r.stderr
+    key = await ApiKey.find_one({"name": "cli-key"})
+    assert key is not None and key.fingerprint == fingerprint(secret)
+    assert key.expires_epoch is not None
+    r = await cli("ng", "apikey", "list", "--json", config=config)
+    listed = next(k for k in r.json() if k["name"] == "cli-key")
+    assert listed["prefix"] == secret[:11] and secret not in r.stdout
+    r = await cli("ng", "apikey", "rotate", "--name", "cli-key", "--overlap-hours", "1",
+                  config=config)
+    assert r.code == 0 and r.stdout.strip() != secret
+    r = await cli("ng", "apikey", "revoke", "--name", "cli-key", config=config)
+    assert r.code == 2 and "--force" in r.stderr  # no terminal: refused
+    r = await cli("ng", "apikey", "revoke", "--name", "cli-key", "--force", config=config)
+    assert r.code == 0
+    r = await cli("ng", "apikey", "audit", "--json", config=config)
+    assert r.code == 0 and all(f["name"] != "cli-key" for f in r.json())
+    r = await cli("ng", "apikey", "create", "--name", "x", "--scope", "root", config=config)
+    assert r.code == 2
+
+
+async def test_token_issue(cli, setup):  # type: ignore[no-untyped-def]
+    config, _, key_file = setup
+    r = await cli("token", "issue", "-u", "alice", "--ttl", "2h", config=config)
+    assert r.code == 0, r.stderr
+    token = r.stdout.strip()
+    claims = TokenIssuer.from_config(ApiConfig(jwt_key_file=key_file)).verify(token)
+    assert claims.sub == "alice" and claims.exp - claims.iat == 7200
+    assert token not in r.stderr
+    r = await cli("token", "issue", "-u", "ghost", config=config)
+    assert r.code == 2 and r.stdout == ""
+
+
+async def test_client_login_me_usage_quota_logout(cli, setup, api_env):  # type: ignore[no-untyped-def]
+    config = setup[0]
+    r = await cli("login", "-u", "alice", "--password-stdin", stdin=PASSWORDS["alice"] + "\n",
+                  config=config)
+    assert r.code == 0, r.stderr
+    assert stat.S_IMODE(api_env.stat().st_mode) == 0o600
+    assert stat.S_IMODE(api_env.parent.stat().st_mode) == 0o700
+    token = api_env.read_text().strip()
+    assert token not in r.stderr + r.stdout and PASSWORDS["alice"] not in r.stderr
+    r = await cli("me", "--json", config=config)
+    assert r.code == 0 and r.json()["name"] == "alice" and r.json()["role"] == "user"
+    r = await cli("usage", "-s", "farm", "--json", config=config)
+    assert r.code == 0, r.stderr
+    assert r.json()["user"] == "alice" and r.json()["total"]["jobs"] == 0
+    r = await cli("quota", "show", "-s", "farm", "--json", config=config)
+    assert r.code == 0 and r.json()[0]["name"] == "alice"
+    r = await cli("quota", "show", "-s", "farm", "-u", "bob", config=config)
+    assert r.code == 2 and "alice may not quota:read" in r.stderr
+    r = await cli("quota", "set", "-s", "farm", "-u", "alice", "--cpu", "10h", config=config)
+    assert r.code == 2 and "may not quota:write" in r.stderr
+    r = await cli("logout", config=config)
+    assert r.code == 0 and not api_env.exists()
+    r = await cli("me", config=config)
+    assert r.code == 2 and "not signed in" in r.stderr
+    # the server revoked the token, not just the client forgetting it
+    import httpx
+
+    async with httpx.AsyncClient() as http:
+        gone = await http.get(f"{setup[1].url}/api/v1/me",
+                              headers={"Authorization": f"Bearer {token}"})
+    assert gone.status_code == 401 and gone.json()["detail"] == "the token has been revoked"
+    # nothing secret in the server's log
+    served = setup[1].log.read_text()
+    assert "/api/v1/login" in served and "/api/v1/me" in served  # the access log is there
+    assert token not in served and PASSWORDS["alice"] not in served
+
+
+async def test_operator_sets_quotas_through_the_client(cli, setup, api_env):  # type: ignore[no-untyped-def]
+    config = setup[0]
+    r = await cli("login", "-u", "olga", "--password-stdin", stdin=PASSWORDS["olga"],
+                  config=config)
+    assert r.code == 0, r.stderr
+    r = await cli("quota", "set", "-s", "farm", "-u", "bob", "--cpu", "10h", config=config)
+    assert r.code == 0, r.stderr
+    r = await cli("quota", "adjust", "-s", "farm", "-u", "bob", "--cpu", "-1h",
+                  "--reason", "node failure", config=config)
+    assert r.code == 0, r.stderr
+    r = await cli("quota", "show", "-s", "farm", "-u", "bob", "--json", config=config)
+    assert r.json()[0]["cpu_minutes"]["quota"] == 600
+    from cheeto_like.models import History
+
+    row = await History.find({"op": "set_quota"}).sort(-History.timestamp).first_or_none()
+    assert row is not None and row.author == "olga"
+
+
+async def test_client_errors_are_one_line(cli, setup, api_env, monkeypatch):  # type: ignore[no-untyped-def]
+    config = setup[0]
+    r = await cli("login", "-u", "alice", config=config)
+    assert r.code == 2 and "--password-stdin" in r.stderr  # no terminal, no argv password
+    r = await cli("login", "-u", "alice", "--password-stdin", stdin="wrong\n", config=config)
+    assert r.code == 2 and "invalid user name or password" in r.stderr
+    assert "Traceback" not in r.stderr
+    monkeypatch.delenv("CHEETO_API_URL")
+    r = await cli("me", config=config)
+    assert r.code == 2 and "CHEETO_API_URL" in r.stderr
+    monkeypatch.setenv("CHEETO_API_URL", "http://127.0.0.1:9")
+    r = await cli("login", "-u", "alice", "--password-stdin", stdin="x\n", config=config)
+    assert r.code == 1 and "cannot reach the API" in r.stderr
+
+
+async def test_client_block_of_the_config(cli, setup, api_env, monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
+    config, srv, _ = setup
+    monkeypatch.delenv("CHEETO_API_URL")
+    with_client = tmp_path / "client.yaml"
+    with_client.write_text(config.read_text() + f"client:\n  url: {srv.url}\n")
+    r = await cli("login", "-u", "alice", "--password-stdin", stdin=PASSWORDS["alice"],
+                  config=with_client)
+    assert r.code == 0, r.stderr
+    r = await cli("me", "--json", config=with_client)
+    assert r.code == 0 and r.json()["name"] == "alice"

@@ -1,0 +1,75 @@
+"""The demo's promise: after ``seed_demo`` (what ``scripts/demo.sh`` runs), the printed
+logins sign in through the dashboard's form with the store's yescrypt hashes (the demo
+has no directory), bob sees non-empty usage bars and alice the operator pages."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+
+from cheeto_like.config import ApiConfig, Config, MongoConfig
+from cheeto_like.daemon.api import create_api
+from cheeto_like.daemon.demo import seed_demo
+from cheeto_like.daemon.demo_dashboard import DEMO_LOGINS, DEMO_OPERATOR, DEMO_USER
+
+
+@pytest.fixture(scope="module")
+async def demo_app(store, tmp_path_factory):  # type: ignore[no-untyped-def]
+    from tests.conftest import wipe
+
+    await wipe()
+    await seed_demo(store, "tester")
+    assert await seed_demo(store, "tester") == []  # still idempotent with the dashboard steps
+    config = Config(mongo=MongoConfig(), api=ApiConfig(
+        jwt_key_file=tmp_path_factory.mktemp("demo") / "jwt.key"))
+    return create_api(config, store=store)
+
+
+@asynccontextmanager
+async def signed_in(app, user: str) -> AsyncIterator[httpx.AsyncClient]:  # type: ignore[no-untyped-def]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="https://demo") as http:  # https: Secure cookies
+        await _sign_in(http, user)
+        yield http
+
+
+async def _sign_in(http: httpx.AsyncClient, user: str) -> None:
+    form = await http.get("/login")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+    assert csrf is not None
+    r = await http.post("/login", data={"csrf": csrf.group(1), "username": user,
+                                        "password": DEMO_LOGINS[user]})
+    assert r.status_code == 303 and r.headers["location"].endswith("/me"), r.text
+
+
+async def test_demo_user_sees_usage_bars(demo_app) -> None:  # type: ignore[no-untyped-def]
+    async with signed_in(demo_app, DEMO_USER) as http:
+        me = await http.get("/me")
+        assert me.status_code == 200
+        widths = [float(w) for w in re.findall(
+            r'id="bar-cpu-user-bob".*?class="fill \w+" width="([\d.]+)"', me.text, re.S)]
+        assert widths and widths[0] > 0
+        assert 'class="col"' in me.text  # the chart has columns
+        assert (await http.get("/operator")).status_code == 403
+
+
+async def test_demo_operator_sees_the_operator_pages(demo_app) -> None:  # type: ignore[no-untyped-def]
+    async with signed_in(demo_app, DEMO_OPERATOR) as http:
+        for path in ("/operator", "/operator/runs", "/accounts"):
+            r = await http.get(path)
+            assert r.status_code == 200, path
+        assert 'id="summary-alicegrp"' in (await http.get("/operator")).text
+        assert 'id="member-alicegrp-bob"' in (await http.get("/accounts")).text
+
+
+async def test_plain_http_to_a_remote_host_is_explained(demo_app) -> None:  # type: ignore[no-untyped-def]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=demo_app),
+                                 base_url="http://cheeto.example.org") as http:
+        assert 'id="plain-http"' in (await http.get("/login")).text
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=demo_app),
+                                 base_url="http://127.0.0.1:8000") as http:
+        assert 'id="plain-http"' not in (await http.get("/login")).text
