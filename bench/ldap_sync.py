@@ -8,8 +8,11 @@ directory through ``auto.group``. Starts a throwaway slapd (tests/services/ldap.
 2. an incremental run with nothing changed, and a ``--full`` run with nothing changed;
 3. an incremental run after changing 10 users through the real operations (shells,
    a new key, group memberships, a site-level access grant).
-Reports wall time, entries per second and the LDAP write operations of each run.
-Prints one JSON object on stdout; progress on stderr.
+Reports wall time, entries per second, the LDAP write operations, the phases (reading the
+store, reading the directory, planning, applying, the watermark), the watermark's store
+writes and the store commands of each run. The in-run yardstick is the ``--full`` run
+(lists and compares everything); the figures from before the site mark (issue 18) are in
+``before_issue_18``. Prints one JSON object on stdout; progress on stderr.
 
     .venv/bin/python bench/ldap_sync.py [--users 10000] [--groups 2000] [--concurrency 8]
 
@@ -22,6 +25,7 @@ import argparse
 import asyncio
 import base64
 import json
+import os
 import struct
 import sys
 import tempfile
@@ -32,6 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _common import bulk_insert, free_port, progress
+from pymongo import monitoring
 
 from cheeto_like.config import EmbeddedStoreConfig, LDAPConfig, MongoConfig
 from cheeto_like.constants import ACCESS_GROUP_NAMES, SPECIAL_GID_START, STATUS_GROUP_NAMES
@@ -56,6 +61,30 @@ from tests.services.ldap import Slapd
 
 SITE = "benchfarm"
 AUTHOR = "bench"
+# measured with per-record watermarks and full reads (issue 18, 10k users, 34k entries)
+BEFORE = {"incremental_nothing_changed_s": 21.0, "of_which_desired_state_s": 17.0,
+          "full_sync_empty_directory_s": 121.0, "full_sync_apply_s": 80.0,
+          "full_sync_watermarks_s": 26.0, "full_sync_watermark_writes": 34010}
+
+
+class Commands(monitoring.CommandListener):
+    """Store commands by name (registered before the client is made)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.names.append(event.command_name)
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+COMMANDS = Commands()
+monitoring.register(COMMANDS)
 
 
 def ed25519_key(seed: int, comment: str) -> str:
@@ -127,13 +156,18 @@ async def timed_run(store: Store, config: LDAPConfig, label: str, *, concurrency
                     full: bool = False) -> dict[str, Any]:
     scope = sync.scope_for(config, kinds=frozenset({"users", "groups", "automounts", "prune"}),
                            full=full)
+    COMMANDS.names.clear()
     started = time.perf_counter()
     report = await sync.run(store, config, SITE, scope=scope, concurrency=concurrency,
                             max_deletions=50, author=AUTHOR)
     wall = time.perf_counter() - started
+    commands: dict[str, int] = {}
+    for name in COMMANDS.names:
+        commands[name] = commands.get(name, 0) + 1
     writes = sum(report.writes.values())
     checked = report.plan.focus
-    progress(f"  {label}: {wall:.2f}s, {writes} writes {report.writes} {report.timings}")
+    progress(f"  {label}: {wall:.2f}s, {writes} writes {report.writes} {report.timings} "
+             f"unchanged={report.unchanged} by_name={report.by_name} store={commands}")
     assert report.ok, report.failed[:3]
     return {
         "wall_s": round(wall, 2),
@@ -143,8 +177,12 @@ async def timed_run(store: Store, config: LDAPConfig, label: str, *, concurrency
         "compared": {"users": len(checked.users), "groups": len(checked.groups),
                      "memberships": len(checked.member_users),
                      "automount_keys": len(checked.automounts)},
-        "watermarks_written": report.watermarked,
+        "records_watermarked": report.watermarked,
+        "watermark_store_writes": report.watermark_writes,
+        "nothing_read": report.unchanged,
+        "read_by_name": report.by_name,
         "phases_s": report.timings,
+        "store_commands": commands,
     }
 
 
@@ -153,7 +191,8 @@ async def run(store: Store, server: Slapd, users: int, groups: int,
     config = LDAPConfig(
         servers=[server.uri], searchbase=server.suffix, user_base=f"ou=people,{server.suffix}",
         login_dn=server.root_dn, password=server.root_password, use_tls=True,
-        ca_file=server.ca_file, pool_max_connections=max(concurrency, 2))
+        ca_file=server.ca_file, pool_max_connections=max(concurrency, 2),
+        request_timeout_seconds=300)  # a loaded 2-core machine: full reads of 10k entries
     progress(f"building {users} users and {groups} groups in the store")
     started = time.perf_counter()
     await build_site(users, groups)
@@ -197,7 +236,9 @@ async def main() -> None:
             server.stop()
     print(json.dumps({"store": "embedded nx-27017", "slapd": "OpenLDAP 2.5 (real, mdb)",
                       "users": opts.users, "lab_groups": opts.groups,
-                      "concurrency": opts.concurrency, **result}, indent=2))
+                      "concurrency": opts.concurrency,
+                      "load_average": [round(x, 2) for x in os.getloadavg()],
+                      **result, "before_issue_18": BEFORE}, indent=2))
 
 
 if __name__ == "__main__":

@@ -16,9 +16,10 @@ Prints one JSON object on stdout; progress on stderr.
 Needs the Slurm packages (scripts/install-system-deps.sh), except with ``--store-only``:
 then slurmdbd's side is the converged state the plan itself implies (what a sacctmgr read
 returns after a successful apply), and only the store read, the pure plan and the peak
-memory of the sync's process are measured, ``--rounds`` times each. The pure-plan figures
-are printed beside the reference's (cheeto's ``reconcile()`` on the same shape, issue 18).
-To measure another tree side by side (a baseline), point ``CHEETO_BENCH_TREE`` at it.
+memory of the sync's process are measured, ``--rounds`` times each, every one in a fresh
+process. ``--baseline TREE`` measures another checkout the same way against the same
+store, alternating with this one. The pure-plan figures are printed beside the
+reference's (cheeto's ``reconcile()`` on the same shape, issue 18).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ SITE = "benchfarm"
 PARTITIONS = ("cpu", "gpu", "bigmem")
 # cheeto's own reconcile() on the same shape, measured side by side in issue 18
 REFERENCE_PLAN_S = {"first": 0.29, "nothing_to_do": 0.04}
+# this project's plan before issue 18 (2ece8a4), same shape, same run as the reference's
+ISSUE_BASELINE_S = {"first": 1.4, "nothing_to_do": 0.41}
 
 
 async def build_site(groups: int, qos: int) -> None:
@@ -202,72 +205,139 @@ def without_users(state: SlurmState, users: set[str]) -> SlurmState:
                    default_rows=frozenset(k for k in state.default_rows if k.user not in users))
 
 
-def _child_sync(uri_file: str) -> None:
-    """In a fresh process: one store-side sync (desired state, plan against the converged
-    cluster); prints the peak RSS in MB. Run as ``python bench/slurm_plan.py --child F``."""
-    import resource
+def _store_cpu_s(pid: int) -> float:
+    """CPU seconds the embedded store's server process has used so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    async def go() -> None:
+
+def _child_sync(uri_file: str, server_pid: int, converged_users: int, traced: bool) -> None:
+    """In a fresh process of the tree on ``sys.path``: one store-side sync (the desired
+    state, then the pure plan against the cluster as it was before the newest users and
+    against the converged one). Prints one JSON line: wall and CPU seconds of each step
+    (the store's CPU too: on a loaded machine the wall time is mostly waiting for a
+    core) and the process's peak RSS; with ``traced``, tracemalloc's peak instead
+    (tracing slows everything, so a traced run's times are not reported).
+
+    Run as ``python bench/slurm_plan.py --child CONFIG PID CONVERGED_USERS [--traced]``."""
+    import resource
+    import tracemalloc
+    from dataclasses import replace
+
+    async def go() -> dict[str, Any]:
         config = MongoConfig.model_validate_json(Path(uri_file).read_text())
         store = await connect(config, autostart=False)
+        if traced:
+            tracemalloc.start()
+        run: dict[str, float] = {}
+        wall, cpu, server = time.perf_counter(), time.process_time(), _store_cpu_s(server_pid)
         desired = await desired_state(SITE)
-        plan(desired, converged(desired))
+        run["desired_wall_s"] = time.perf_counter() - wall
+        run["desired_client_cpu_s"] = time.process_time() - cpu
+        run["desired_store_cpu_s"] = _store_cpu_s(server_pid) - server
+        after = converged(desired)
+        new = {k.user for k in desired.associations if int(k.user[1:]) >= converged_users}
+        before = without_users(after, new)
+        for label, actual in (("plan_first", before), ("plan_nothing_to_do", after)):
+            fresh = replace(desired)  # nothing an earlier plan computed carries over
+            wall, cpu = time.perf_counter(), time.process_time()
+            planned = plan(fresh, actual)
+            run[f"{label}_wall_s"] = time.perf_counter() - wall
+            run[f"{label}_cpu_s"] = time.process_time() - cpu
+            if label == "plan_nothing_to_do":
+                assert planned.is_empty, planned.counts
+            else:
+                assert planned.counts.get("add associations") == len(new) * len(
+                    PARTITIONS), planned.counts
+        out: dict[str, Any] = {"associations": len(desired.associations),
+                               "qos": len(desired.qos), "accounts": len(desired.accounts)}
+        if traced:
+            out["tracemalloc_peak_mb"] = tracemalloc.get_traced_memory()[1] / 2**20
+        else:
+            out["run"] = run
         await store.close()
+        return out
 
-    asyncio.run(go())
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    result = asyncio.run(go())
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result))
 
 
-async def run_store_only(store_config: MongoConfig, users: int, groups: int, qos: int,
-                         new_groups: int, new_users: int, rounds: int) -> dict[str, Any]:
+def _median(runs: list[dict[str, float]], key: str) -> float:
     import statistics
+
+    return round(statistics.median(r[key] for r in runs), 3)
+
+
+TIMES = ("desired_wall_s", "desired_client_cpu_s", "desired_store_cpu_s", "plan_first_wall_s",
+         "plan_first_cpu_s", "plan_nothing_to_do_wall_s", "plan_nothing_to_do_cpu_s")
+
+
+async def run_store_only(store_config: MongoConfig, server_pid: int, users: int,
+                         groups: int, qos: int, new_groups: int, new_users: int,
+                         rounds: int, baseline: str | None) -> dict[str, Any]:
+    """Seed once, then measure each tree in fresh processes against the same store,
+    alternating (baseline, current, baseline, …) so a change of load hits both."""
     import subprocess
-    from dataclasses import replace
 
     await build_site(groups, qos)
     base_users = users - new_users
     await add_users(0, base_users, groups)
     await add_users(base_users, new_users, new_groups)
-    desired_s, first_s, same_s, peaks = [], [], [], []
-    desired = None
-    for _ in range(rounds):
-        started = time.perf_counter()
-        desired = await desired_state(SITE)
-        desired_s.append(time.perf_counter() - started)
-        after = converged(desired)
-        new = {f"b{i:05d}" for i in range(base_users, users)}
-        before = without_users(after, new)
-        fresh = replace(desired)  # nothing computed by the first plan carries over
-        started = time.perf_counter()
-        first = plan(desired, before)
-        first_s.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        second = plan(fresh, after)
-        same_s.append(time.perf_counter() - started)
-        assert second.is_empty, second.counts
-        assert first.counts.get("add associations") == new_users * len(PARTITIONS), first.counts
+    trees = {"current": str(Path(__file__).resolve().parent.parent)}
+    if baseline:
+        trees = {"baseline": str(Path(baseline).resolve()), **trees}
+    found: dict[str, dict[str, Any]] = {name: {"runs": [], "peak_rss_mb": []}
+                                        for name in trees}
     with tempfile.NamedTemporaryFile("w", suffix=".json") as config_file:
         config_file.write(store_config.model_dump_json())
         config_file.flush()
-        for _ in range(rounds):
-            out = await asyncio.to_thread(
-                subprocess.run, [sys.executable, __file__, "--child", config_file.name],
-                check=True, capture_output=True, text=True,
-                env={**os.environ, "PYTHONPATH": sys.path[0]})
-            peaks.append(float(out.stdout.strip().splitlines()[-1]))
-    assert desired is not None
-    first_med, same_med = statistics.median(first_s), statistics.median(same_s)
-    return {
-        "users": users, "associations": len(desired.associations), "qos": len(desired.qos),
-        "accounts": len(desired.accounts), "rounds": rounds,
-        "desired_state_build_s": [round(x, 3) for x in desired_s],
-        "plan_first_s": [round(x, 3) for x in first_s],
-        "plan_nothing_to_do_s": [round(x, 3) for x in same_s],
-        "plan_first_vs_reference": round(first_med / REFERENCE_PLAN_S["first"], 2),
-        "plan_nothing_to_do_vs_reference": round(
-            same_med / REFERENCE_PLAN_S["nothing_to_do"], 2),
-        "sync_process_peak_rss_mb": [round(x, 1) for x in peaks],
-    }
+
+        def child(tree: str, *extra: str) -> dict[str, Any]:
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", config_file.name, str(server_pid),
+                 str(base_users), *extra], check=True, capture_output=True, text=True,
+                env={**os.environ, "CHEETO_BENCH_TREE": tree, "PYTHONPATH": tree})
+            return json.loads(out.stdout.strip().splitlines()[-1])
+
+        for round_ in range(rounds):
+            for name, tree in trees.items():
+                progress(f"  round {round_ + 1}: {name}")
+                got = await asyncio.to_thread(child, tree)
+                found[name]["runs"].append(got.pop("run"))
+                found[name]["peak_rss_mb"].append(round(got.pop("peak_rss_mb"), 1))
+                found[name].update(got)
+        for name, tree in trees.items():
+            progress(f"  traced: {name}")
+            got = await asyncio.to_thread(child, tree, "--traced")
+            found[name]["tracemalloc_peak_mb"] = round(got["tracemalloc_peak_mb"], 1)
+    result: dict[str, Any] = {"users": users, "rounds": rounds}
+    for name, got in found.items():
+        runs = got.pop("runs")
+        got["median"] = median = {key: _median(runs, key) for key in TIMES}
+        got["desired_cpu_s"] = round(median["desired_client_cpu_s"]
+                                     + median["desired_store_cpu_s"], 3)
+        got["all_runs"] = [{k: round(v, 3) for k, v in run.items()} for run in runs]
+        result[name] = got
+    now = result["current"]["median"]
+    # The reference's figures are wall times on a quiet machine. On a loaded one our
+    # wall time is mostly waiting for a core, so CPU seconds are compared as well.
+    result["vs_reference"] = {
+        f"{label}_{kind}": round(now[f"{label}_{kind}_s"] / REFERENCE_PLAN_S[ref], 2)
+        for label, ref in (("plan_first", "first"), ("plan_nothing_to_do", "nothing_to_do"))
+        for kind in ("wall", "cpu")}
+    if baseline:
+        base = result["baseline"]["median"]
+        result["speedup_vs_baseline"] = {
+            key: round(base[key] / now[key], 1) if now[key] else None for key in TIMES}
+        # the same ratio on the issue's quiet machine: the baseline's figures there
+        # (ISSUE_BASELINE_S) scaled by this run's speed-up, against the reference
+        result["vs_reference_scaled_by_baseline"] = {
+            label: round(ISSUE_BASELINE_S[ref] * now[f"{label}_cpu_s"] / base[f"{label}_cpu_s"]
+                         / REFERENCE_PLAN_S[ref], 2)
+            for label, ref in (("plan_first", "first"),
+                               ("plan_nothing_to_do", "nothing_to_do"))}
+    return result
 
 
 async def main() -> None:
@@ -282,6 +352,9 @@ async def main() -> None:
     parser.add_argument("--store-only", action="store_true",
                         help="no slurmdbd: desired state, pure plan and peak memory only")
     parser.add_argument("--rounds", type=int, default=3, help="repeats (--store-only)")
+    parser.add_argument("--baseline", metavar="TREE", default=None,
+                        help="with --store-only: another checkout measured side by side "
+                             "(e.g. `git archive 2ece8a4 cheeto_like tests | tar -x -C T`)")
     opts = parser.parse_args()
     if not 0 < opts.new_users < opts.users:
         parser.error("--new-users must be between 1 and --users - 1")
@@ -289,18 +362,18 @@ async def main() -> None:
         with tempfile.TemporaryDirectory(prefix="cheeto-slurm-bench-") as tmp:
             embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
             server = EmbeddedServer(embedded)
-            server.start_background()
+            server_pid = server.start_background()
             config = MongoConfig(embedded=embedded, database="bench_slurm")
             try:
                 store = await connect(config, autostart=False)
-                result = await run_store_only(config, opts.users, opts.groups, opts.qos,
-                                              opts.new_groups or opts.groups, opts.new_users,
-                                              opts.rounds)
+                result = await run_store_only(config, server_pid, opts.users, opts.groups,
+                                              opts.qos, opts.new_groups or opts.groups,
+                                              opts.new_users, opts.rounds, opts.baseline)
                 await store.close()
             finally:
                 server.stop()
-        print(json.dumps({"store": "embedded nx-27017", "tree": sys.path[0],
-                          "reference_plan_s": REFERENCE_PLAN_S, **result}, indent=2))
+        print(json.dumps({"store": "embedded nx-27017", "reference_plan_s": REFERENCE_PLAN_S,
+                          "issue_baseline_s": ISSUE_BASELINE_S, **result}, indent=2))
         return
     with tempfile.TemporaryDirectory(prefix="cheeto-slurm-bench-") as tmp:
         embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
@@ -322,6 +395,8 @@ async def main() -> None:
 
 if __name__ == "__main__":
     if "--child" in sys.argv:
-        _child_sync(sys.argv[sys.argv.index("--child") + 1])
+        at = sys.argv.index("--child")
+        _child_sync(sys.argv[at + 1], int(sys.argv[at + 2]), int(sys.argv[at + 3]),
+                    "--traced" in sys.argv)
     else:
         asyncio.run(main())

@@ -3,8 +3,10 @@
 # `cheeto daemon up` starts the embedded store, a broker (a private RabbitMQ node when
 # rabbitmq-server is installed, else kombu's filesystem transport), the hub worker, the
 # site worker for farm, beat, the REST API and Flower, then prints their URLs and the
-# generated credentials. Ctrl-C stops everything. State lives under .demo/ and each run
-# starts from scratch. Extra arguments go to `cheeto daemon up` (e.g. --broker filesystem).
+# generated credentials, and the web dashboard's URL with two demo logins (bob, a user
+# with a quota and some usage; alice, an operator). Ctrl-C stops everything. State lives
+# under .demo/ and each run starts from scratch. Extra arguments go to `cheeto daemon up`
+# (e.g. --broker filesystem).
 #
 # While it runs, from another terminal:
 #   export CHEETO_CONFIG=$PWD/.demo/config.yaml

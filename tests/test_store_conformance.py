@@ -705,3 +705,65 @@ async def test_columns_push_every_field_with_null_for_none_in_one_group(empty_db
          "expires_at": None},
         {"name": "b", "uid": 7, "status": "active", "access": [], "expires_at": None}]
     assert await columns(User, {"name": "nobody"}, "name") == []
+
+
+async def test_one_row_group_counts_and_takes_the_latest_datetime_of_a_dotted_path(empty_db):
+    """``sync.ldap_mark.fingerprint``: ``$group`` on null with ``$sum: 1`` and ``$max`` of
+    ``ldap.modified_at``/``updated_at`` answers one row; the max is opaque (the embedded
+    store answers the stored text, MongoDB a datetime) but moves when a document is
+    saved or stamped by ``$currentDate`` later, and stays put otherwise. A columns read of
+    the dotted path (``ldap.synced.<site>`` with a '-' in the site) decodes datetimes."""
+    from cheeto_like.models.base import columns
+
+    async def one_row() -> tuple[Any, Any, Any]:
+        pipeline = [{"$match": {}}, {"$group": {"_id": None, "n": {"$sum": 1},
+                                                "m": {"$max": "$ldap.modified_at"},
+                                                "u": {"$max": "$updated_at"}}}]
+        rows = await (await User.get_pymongo_collection().aggregate(pipeline)).to_list()
+        assert len(rows) == 1
+        return rows[0]["n"], rows[0]["m"], rows[0]["u"]
+
+    await User.insert_many([user_doc("a", 3), user_doc("b", 4)])
+    first = await one_row()
+    assert first[0] == 2 and first[1] is not None and first[2] is not None
+    assert await one_row() == first
+    await asyncio.sleep(0.01)
+    await User.get_pymongo_collection().update_one(
+        {"name": "a"}, {"$currentDate": {"ldap.modified_at": True,
+                                         "ldap.synced.my-site": True}})
+    second = await one_row()
+    assert second[1] != first[1] and second[2] == first[2]
+    await asyncio.sleep(0.01)
+    user = await User.find_one({"name": "b"})
+    assert user is not None
+    user.shell = "/bin/zsh"
+    await user.save()
+    third = await one_row()
+    assert third[1] != second[1] and third[2] != second[2]
+    await User.get_pymongo_collection().delete_one({"name": "b"})
+    assert (await one_row())[0] == 1
+    found = await columns(User, {}, "name", "ldap.synced.my-site", "ldap.modified_at")
+    assert isinstance(found[0]["ldap.synced.my-site"], datetime)
+    assert isinstance(found[0]["ldap.modified_at"], datetime)
+
+
+async def test_current_date_and_set_upserts_by_id_on_a_raw_collection(empty_db):
+    """``sync.ldap_mark``: the site's mark document is created by a ``$currentDate``
+    upsert (the store's clock, read back as a tz-aware datetime), then ``$set`` by ``_id``
+    with ints, lists of strings and a dict of int lists (no datetimes: a ``$set``
+    datetime comes back as a string on the embedded store)."""
+    collection = empty_db.database["mark_probe"]
+    await collection.update_one({"_id": "farm"}, {"$currentDate": {"clock": True}},
+                                upsert=True)
+    clock = (await collection.find_one({"_id": "farm"}))["clock"]
+    assert isinstance(clock, datetime) and clock.tzinfo is not None
+    fields = {"through_ms": 1_764_000_000_123, "pending": ["user:a"],
+              "roster_users": ["a", "b"], "window": {"user:a": 1_764_000_000_000},
+              "fingerprint": {"users": [2, "x", None], "generations": ["all=3"]}}
+    await collection.update_one({"_id": "farm"}, {"$set": fields}, upsert=True)
+    await collection.update_one({"_id": "farm"}, {"$set": {"pending": []}}, upsert=True)
+    found = await collection.find_one({"_id": "farm"})
+    assert {k: found[k] for k in fields} == {**fields, "pending": []}
+    assert found["clock"] == clock
+    await collection.delete_many({})
+    assert await collection.find_one({"_id": "farm"}) is None

@@ -2,7 +2,7 @@
 as the user, so the directory's own policy applies), else against the yescrypt hash the
 store keeps.
 
-Only people with a user record may sign in (roles and data hang off it), and with
+Only people with an active user record may sign in (roles and data hang off it), and with
 ``api.login_groups`` only members (any role, any site) of one of those groups. Every
 refusal is the same ``LoginFailed`` ("invalid user name or password"): the caller must
 not learn which part was wrong. An unknown user still costs one hash, so timing does not
@@ -20,6 +20,7 @@ from ..errors import ExternalError
 from ..models import GroupMembership, User
 from ..models.base import select
 from ..models.fields import PosixName
+from .principal import may_sign_in
 
 MAX_PASSWORD_BYTES = 1024
 
@@ -69,6 +70,8 @@ async def authenticate(config: Config, name: str, password: str) -> str:
         ok = await asyncio.to_thread(verify_password, password, hashed)
         if not ok or user is None or not user.password:
             raise LoginFailed
+    if not may_sign_in(user):  # checked after the password: the answer is the same
+        raise LoginFailed
     await _check_groups(config, name)
     return name
 

@@ -1,7 +1,9 @@
 """Who is asking: a person (signed token) or a machine (API key), with what they hold.
 
 Roles are looked up on every request rather than written into the token, so a revoked
-grant takes effect at once instead of when the token expires.
+grant takes effect at once instead of when the token expires. So is the person's
+status: someone who is no longer ``active`` (inactive, disabled, offboarding) or whose
+record is gone holds no role at all, whatever token they still carry.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..models import GroupMembership, RoleGrant
+from ..models import GroupMembership, RoleGrant, User
 from ..models.base import select
 
 Kind = Literal["user", "key", "static"]
@@ -49,7 +51,9 @@ class Principal:
 async def load_person(name: str, *, token_id: str | None = None,
                       token_exp: int | None = None) -> Principal:
     """The person's roles, managed accounts (grants and sponsorships) and memberships:
-    two queries, whatever they hold."""
+    three queries, whatever they hold. Not an active user: no roles."""
+    if not may_sign_in(await select(User, None, name=name)):
+        return Principal(name=name, kind="user", token_id=token_id, token_exp=token_exp)
     grants = await select(RoleGrant, None, user=name)
     edges = await select(GroupMembership, None, user=name)
     roles = {"user"} | {g.role for g in grants}
@@ -60,6 +64,13 @@ async def load_person(name: str, *, token_id: str | None = None,
     member_of = {e.group for e in edges if {"member", "slurmer", "sponsor"} & set(e.roles)}
     return Principal(name=name, kind="user", roles=frozenset(roles), managed=frozenset(managed),
                      member_of=frozenset(member_of), token_id=token_id, token_exp=token_exp)
+
+
+def may_sign_in(users: list[User] | User | None) -> bool:
+    """Whether this user record may act through the API: it exists and its global
+    status is ``active`` (no status counts as active, as in the exports)."""
+    user = users[0] if isinstance(users, list) and users else users
+    return isinstance(user, User) and (user.status or "active") == "active"
 
 
 def machine(key_name: str, scopes: list[str] | tuple[str, ...]) -> Principal:

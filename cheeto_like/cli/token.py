@@ -22,11 +22,15 @@ group_help("token", help="signed API tokens, issued offline")
 @command("token", "issue", help="issue a signed token for a user (printed on stdout)",
          store=True)
 async def token_issue(args: argparse.Namespace) -> int:
+    from ..auth.principal import may_sign_in
     from ..auth.tokens import TokenIssuer
+    from ..errors import InvalidInput
     from ..queries.user import get_user
 
     ctx = args.ctx
     user = await get_user(args.user)
+    if not may_sign_in(user):
+        raise InvalidInput(f"{user.name} is {user.status}, not active: no token")
     issuer = TokenIssuer.from_config(ctx.config.api)
     ttl = parse_duration(args.ttl).total_seconds() if args.ttl else None
     token, claims = issuer.issue(user.name, ttl)

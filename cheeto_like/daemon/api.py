@@ -185,7 +185,9 @@ class ExportCache:
     Every entry remembers the site's data generation (``queries.generations``) it was
     built from. The write path bumps a site's generation in the same transaction as the
     change, so a body is current exactly while its generation is. The generations are
-    read by one small query at most every ``poll`` seconds, shared by all requests.
+    read by one small query every ``poll`` seconds in a background task, which also
+    starts the rebuilds a moved generation calls for: a write shows in the bodies about
+    ``poll`` plus one rebuild later, whether or not clients are asking meanwhile.
 
     - current (same generation, younger than ``ttl``): served;
     - outdated (a newer generation, or older than ``ttl``: exports also change with the
@@ -210,18 +212,35 @@ class ExportCache:
         self._generations: dict[str, int] | None = None
         self._generations_at = 0.0
         self._generations_read: asyncio.Future[dict[str, int]] | None = None
+        self._polling: asyncio.Task[None] | None = None
+        self._builders: dict[tuple[str, str], Callable[[], Awaitable[Any]]] = {}
         self._entries: dict[tuple[str, str], tuple[Generation, float, Any]] = {}
         self._inflight: dict[tuple[str, str], asyncio.Future[Any]] = {}
         self._refreshing: set[asyncio.Task[Any]] = set()
         self._sites: dict[str, tuple[float, str | None]] = {}
 
     async def generations(self) -> dict[str, int]:
-        """Every data generation, read at most once per ``poll`` seconds (single-flight:
-        concurrent callers share one read)."""
-        now = time.monotonic()
-        if self._generations is not None and now - self._generations_at < self.poll:
-            return self._generations
+        """The data generations. With ``poll > 0`` a background task re-reads them every
+        ``poll`` seconds and starts the rebuilds they call for, while requests go on with
+        the last answer: a read of the store can wait behind a write's transaction (the
+        embedded store runs one at a time), and no request should; a change then reaches
+        the cache even when no client asks. Only the very first read is awaited. With
+        ``poll <= 0`` every request reads them (tests)."""
         if self._read_generations is None:  # time-based only (no store behind it)
+            return {}
+        if self.poll <= 0 or self._generations is None:
+            found = await self.refresh_generations()
+        else:
+            found = self._generations
+        if self.poll > 0 and (self._polling is None or self._polling.done()):
+            self._polling = asyncio.create_task(self._poll_generations())
+            self._refreshing.add(self._polling)
+            self._polling.add_done_callback(self._refreshing.discard)
+        return found
+
+    async def refresh_generations(self) -> dict[str, int]:
+        """Read the generations now (single-flight: concurrent callers share one read)."""
+        if self._read_generations is None:
             return {}
         if self._generations_read is not None:
             return await asyncio.shield(self._generations_read)
@@ -240,6 +259,20 @@ class ExportCache:
         self._generations, self._generations_at = found, time.monotonic()
         future.set_result(found)
         return found
+
+    async def _poll_generations(self) -> None:
+        """Every ``poll`` seconds: read the generations, rebuild what they outdated."""
+        while True:
+            await asyncio.sleep(self.poll)
+            try:
+                found = await self.refresh_generations()
+            except Exception as exc:  # keep serving by the last answer; retry next time
+                log.warning("reading the data generations failed: %s", exc)
+                continue
+            for key, (built_from, _, _) in list(self._entries.items()):
+                generation = site_generation(found, key[1])
+                if built_from != generation and key in self._builders:
+                    self._rebuild(key, self._builders[key], generation)
 
     async def site(self, value: str,
                    resolve: Callable[[str], Awaitable[str | None]]) -> str | None:
@@ -269,16 +302,23 @@ class ExportCache:
             built_from, expires, value = entry
             if built_from == generation and time.monotonic() < expires:
                 return value, "hit"
-            if key not in self._inflight:  # registered now, so only one rebuild starts
-                future = self._begin(key)
-                task = asyncio.create_task(self._refresh(key, future, compute, generation))
-                self._refreshing.add(task)
-                task.add_done_callback(self._refreshing.discard)
+            self._rebuild(key, compute, generation)
             return value, "stale"
         pending = self._inflight.get(key)
         if pending is not None:
             return await asyncio.shield(pending), "hit"
+        self._builders[key] = compute
         return await self._compute(key, self._begin(key), compute, generation), "miss"
+
+    def _rebuild(self, key: tuple[str, str], compute: Callable[[], Awaitable[Any]],
+                 generation: Generation) -> None:
+        """Start one background rebuild of ``key`` unless one runs already."""
+        if key in self._inflight:
+            return
+        future = self._begin(key)  # registered now, so only one rebuild starts
+        task = asyncio.create_task(self._refresh(key, future, compute, generation))
+        self._refreshing.add(task)
+        task.add_done_callback(self._refreshing.discard)
 
     def _begin(self, key: tuple[str, str]) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

@@ -226,7 +226,7 @@ def join_path(base: str, sub: str) -> str:
     anything else goes through ``PurePosixPath`` (a 20k-user export joins 40k paths, and
     pathlib cost a second of it). tests/queries/test_export_reads.py compares both."""
     joined = f"{base}/{sub}" if sub else base
-    if (joined[:1] == "/" and sub[:1] != "/" and "//" not in joined and "/./" not in joined
+    if (base[:1] == "/" and sub[:1] != "/" and "//" not in joined and "/./" not in joined
             and joined[-1] != "/" and joined[-2:] != "/."):
         return joined
     return str(PurePosixPath(base) / sub) if sub else str(PurePosixPath(base))

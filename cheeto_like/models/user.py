@@ -78,13 +78,18 @@ class User(BaseDoc, LDAPSyncable, Expirable):
                    index("type"), index("status"), index("access")]
 
 
+def authorized_keys_entry(user: str, key: str) -> str:
+    """``SshKey.authorized_keys_entry`` for projected rows (exports build no models)."""
+    return f'environment="REMOTE_SSH_USER={user}" {key}'
+
+
 class SshKey(BaseDoc, Expirable):
     user: PosixName
     key: NonBlankStr  # checked by parse_ssh_key where it is written
 
     def authorized_keys_entry(self, username: str | None = None) -> str:
         """The line for root's authorized_keys / LDAP sshPublicKey, tagged with the user."""
-        return f'environment="REMOTE_SSH_USER={username or self.user}" {self.key}'
+        return authorized_keys_entry(username or self.user, self.key)
 
     class Settings(BaseDoc.Settings):
         name = "ssh_keys"

@@ -94,15 +94,28 @@ def prune(value: Any) -> Any:
             keys.sort(key=str)
         out = {}
         for key in keys:
-            item = prune(value[key])
-            if not _is_empty(item):
+            item = value[key]
+            kind = type(item)
+            if kind is str or kind is int or kind is bool:  # a leaf: kept as it is
                 out[key] = item
+            elif item is not None:  # (the call per leaf was a third of a site's dump)
+                item = prune(item)
+                if not _is_empty(item):
+                    out[key] = item
         return out
     if isinstance(value, set | frozenset):
         return sorted((prune(v) for v in value if not _is_empty(v)), key=str)
     if isinstance(value, list | tuple):
-        items = (prune(v) for v in value)
-        return [v for v in items if not _is_empty(v)]
+        kept = []
+        for item in value:
+            kind = type(item)
+            if kind is str or kind is int or kind is bool:
+                kept.append(item)
+            elif item is not None:
+                item = prune(item)
+                if not _is_empty(item):
+                    kept.append(item)
+        return kept
     return value
 
 

@@ -10,6 +10,7 @@ members; the legacy consumer never did). A fixed number of queries, whatever the
 
 from __future__ import annotations
 
+import asyncio
 import posixpath
 from typing import Any
 
@@ -70,13 +71,19 @@ async def site_to_puppet_legacy(site_name: str) -> dict[str, Any]:
     Site-wide reads are projected columns, not models (a 20k-user site parsed ~100k
     documents into beanie models: ~30 s; now a few seconds, mostly the YAML)."""
     site = await get_site(site_name)
-    usis = {u["user"]: u for u in await columns(UserSiteInfo, {"site": site.name}, "user",
-                                                 "access", "expires_at")}
-    users = {u["name"]: u for u in await columns(User, {}, *USER_FIELDS)
-             if u["name"] in usis}
-    edges = await columns(GroupMembership, {"site": site.name}, "user", "group", "roles")
-    accounts = {a["group"] for a in await rows(SlurmAccount, {"site": site.name}, "group")}
-    storages = [r for r in await site_storages(site.name) if r.automount_map is not None]
+    # independent reads, sent together: the store answers one while this process decodes
+    # another (the embedded store serves each connection's commands in a thread)
+    usi_rows, user_rows, edges, account_rows, all_storages, group_rows = await asyncio.gather(
+        columns(UserSiteInfo, {"site": site.name}, "user", "access", "expires_at"),
+        columns(User, {}, *USER_FIELDS),
+        columns(GroupMembership, {"site": site.name}, "user", "group", "roles"),
+        rows(SlurmAccount, {"site": site.name}, "group"),
+        site_storages(site.name),
+        columns(Group, {}, "name", "gid", "type"))
+    usis = {u["user"]: u for u in usi_rows}
+    users = {u["name"]: u for u in user_rows if u["name"] in usis}
+    accounts = {a["group"] for a in account_rows}
+    storages = [r for r in all_storages if r.automount_map is not None]
     homes = {r.storage.owner: r for r in storages if r.storage.category == "home"}
     group_storages = [r for r in storages if r.storage.category == "group"]
     sticky = list(site.group.sticky)
@@ -108,8 +115,7 @@ async def site_to_puppet_legacy(site_name: str) -> dict[str, Any]:
 
     wanted = ({e["group"] for e in edges} | set(sticky) | accounts
               | {r.storage.group for r in group_storages})
-    groups = [g for g in await columns(Group, {}, "name", "gid", "type")
-              if g["name"] in wanted or g["type"] in ("access", "status")]
+    groups = [g for g in group_rows if g["name"] in wanted or g["type"] in ("access", "status")]
     personal = {(u["name"], u["gid"]) for u in users.values()}
     storages_of: dict[str, list[dict[str, Any]]] = {}
     for r in sorted(group_storages, key=lambda r: r.storage.name):

@@ -7,8 +7,9 @@ and the CLI compute host paths, quotas, mount paths and options without further 
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -231,14 +232,20 @@ async def site_storages(site: str, session: Session = None) -> list[ResolvedStor
     still ~5 s). Derived values come from the same pure functions (``models/storage.py``)
     as everywhere else; those only read the fields the rows carry.
     """
-    storages = [_storage(r) for r in await columns(Storage, {"site": site}, *STORAGE_FIELDS,
-                                                   session=session)]
-    volumes = {v.name: v for v in map(_volume, await columns(
-        StorageVolume, {"site": site}, *VOLUME_FIELDS, session=session))}
-    maps = {m.name: m for m in await AutomountMap.find({"site": site},
-                                                       session=session).to_list()}
-    statics = {m.name: m for m in await StaticMount.find({"site": site},
-                                                         session=session).to_list()}
+    reads: tuple[Callable[[], Awaitable[list[Any]]], ...] = (
+        lambda: columns(Storage, {"site": site}, *STORAGE_FIELDS, session=session),
+        lambda: columns(StorageVolume, {"site": site}, *VOLUME_FIELDS, session=session),
+        lambda: AutomountMap.find({"site": site}, session=session).to_list(),
+        lambda: StaticMount.find({"site": site}, session=session).to_list())
+    if session is None:  # sent together (a session serves one command at a time)
+        found = await asyncio.gather(*(read() for read in reads))
+    else:
+        found = [await read() for read in reads]
+    storage_rows, volume_rows, map_docs, static_docs = found
+    storages = [_storage(r) for r in storage_rows]
+    volumes = {v.name: v for v in map(_volume, volume_rows)}
+    maps = {m.name: m for m in map_docs}
+    statics = {m.name: m for m in static_docs}
     resolved = []
     for s in storages:
         volume = volumes.get(s.volume)

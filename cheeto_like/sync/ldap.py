@@ -63,6 +63,7 @@ from .ldap_desired import DesiredState, desired_state
 from .ldap_mark import (
     SiteMark,
     fingerprint,
+    forget_marks,
     is_clean,
     key_text,
     read_mark,
@@ -105,6 +106,7 @@ class Report(ItemOutcomes):
     redirtied: int = 0
     watermark_writes: int = 0  # store writes of the watermark phase
     unchanged: bool = False    # the fingerprint matched the site's mark: nothing was read
+    by_name: bool = False      # incremental with a mark: entries read by name, no listing
     guard_exceeded: bool = False
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
 
@@ -116,7 +118,8 @@ class Report(ItemOutcomes):
         return {"run": self.run_id, "dry_run": self.dry_run, **self.plan.as_dict(),
                 "applied_writes": self.writes, "watermarked": self.watermarked,
                 "redirtied": self.redirtied, "watermark_writes": self.watermark_writes,
-                "unchanged": self.unchanged, "timings": self.timings, "tally": self.tally(),
+                "unchanged": self.unchanged, "by_name": self.by_name,
+                "timings": self.timings, "tally": self.tally(),
                 "failed": [i.model_dump() for i in self.failed]}
 
 
@@ -272,8 +275,8 @@ async def write_watermarks(store: Store, desired: DesiredState,
         if unstamp:
             users = User.get_pymongo_collection()
             for start in range(0, len(unstamp), WATERMARK_CHUNK):
-                await users.update_many({"name": {"$in": unstamp[start:start + WATERMARK_CHUNK]},
-                                         path: {"$exists": True}}, {"$unset": {path: ""}})
+                await users.update_many({"name": {"$in": unstamp[start:start + WATERMARK_CHUNK]}},
+                                        {"$unset": {path: ""}})
     return stamped, redirtied
 
 
@@ -405,8 +408,9 @@ async def _run(store: Store, config: LDAPConfig, site: str, *, scope: Scope,
         clock = _Clock()
         whole = _whole_site(scope)
         mark = await read_mark(site)
-        incremental = mark is not None and not (scope.full or scope.force or scope.bootstrap)
-        through_ms = await store_clock_ms(site) if whole and not dry_run else None
+        # a prune alone is a sweep of the directory: it lists, whatever the mark says
+        incremental = mark is not None and not (scope.full or scope.force or scope.bootstrap) \
+            and bool(scope.kinds & {"users", "groups", "automounts"})
         print_: dict[str, Any] = {}
         if whole and (incremental or not dry_run):
             print_ = await fingerprint(site, (await get_site(site)).updated_at)
@@ -418,6 +422,9 @@ async def _run(store: Store, config: LDAPConfig, site: str, *, scope: Scope,
             sync_run.extra["unchanged"] = True
             sync_run.status = "ok"
             return report
+        # taken after the fingerprint (what changes between the two is read below, and
+        # moves the next fingerprint) and before the reads (a later change stays dirty)
+        through_ms = await store_clock_ms(site) if whole and not dry_run else None
         desired = await desired_state(site, config, mark=mark, incremental=incremental)
         clock.lap("desired")
         if scope.bootstrap and not desired.special_groups:
@@ -428,7 +435,8 @@ async def _run(store: Store, config: LDAPConfig, site: str, *, scope: Scope,
             clock.lap("actual")
             planned = plan(desired, actual, scope, seen)
             clock.lap("plan")
-            report = Report(planned, dry_run=dry_run, run_id=sync_run.id, timings=clock.laps)
+            report = Report(planned, dry_run=dry_run, run_id=sync_run.id, timings=clock.laps,
+                            by_name=desired.known is not None)
             if dry_run:
                 report.guard_exceeded = max_deletions is not None \
                     and len(planned.removals) > max_deletions
@@ -580,6 +588,10 @@ async def clear_tree(store: Store, config: LDAPConfig, *, base: str, exclude: li
                                    would_delete=order)
             if not dry_run:
                 report.items = await _delete_in_bands(order, connected, concurrency)
+                if any(item.outcome == "ok" for item in report.items):
+                    # the sites' marks say what exists in the directory: no longer true
+                    async with store.exclusive():
+                        await forget_marks()
         sync_run.status = "ok" if not report.failed else "failed"
         return report
     except GuardTripped as exc:
@@ -718,8 +730,10 @@ async def describe_group(config: LDAPConfig, name: str, site: str, *,
 
 async def describe_site(config: LDAPConfig, site: str, *,
                         directory: Directory | None = None) -> dict[str, Any]:
-    """Where the site lives in LDAP, how much is there, what is dirty, the last run."""
-    desired = await desired_state(site, config, mark=await read_mark(site))
+    """Where the site lives in LDAP, how much is there, what is dirty, the last run, and
+    the site's mark (as of when, what failed, what it knows to be in the directory)."""
+    mark = await read_mark(site)
+    desired = await desired_state(site, config, mark=mark)
     layout = desired.layout
     async with _connected(config, directory, 1) as connected:
         users = await connected.search(layout.users, "one", "(objectClass=posixAccount)",
@@ -746,5 +760,10 @@ async def describe_site(config: LDAPConfig, site: str, *,
         "last_run": None if not last else {
             "id": last[0].id, "status": last[0].status, "started_at": last[0].started_at,
             "apply": last[0].apply, "counts": last[0].counts, "error": last[0].error},
+        "mark": None if mark is None else {
+            "through": datetime.fromtimestamp(mark.through_ms / 1000, UTC),
+            "pending": sorted(mark.pending),
+            "known": {kind: len(mark.roster(kind)) for kind in ("users", "groups",
+                                                               "automounts")}},
         "notes": list(desired.notes),
     }

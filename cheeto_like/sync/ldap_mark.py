@@ -142,6 +142,11 @@ async def write_mark(mark: SiteMark, previous: SiteMark | None) -> None:
     await marks().update_one({"_id": mark.site}, {"$set": fields}, upsert=True)
 
 
+async def forget_marks() -> None:
+    """Drop every site's mark (after ``clear-tree``): the next runs list the directory."""
+    await marks().delete_many({})
+
+
 # -- has anything moved? ----------------------------------------------------------------------
 
 _WATCHED: tuple[tuple[str, Any, bool, bool], ...] = (

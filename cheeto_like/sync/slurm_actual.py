@@ -138,6 +138,7 @@ def parse_associations(text: str, root_users: frozenset[str] = ROOT_USERS) -> tu
     account=root``) can run jobs, so they are drift like any unwanted association."""
     accounts: dict[str, AccountState] = {}
     associations: dict[AssocKey, AssocState] = {}
+    shared: dict[AssocState, AssocState] = {}  # 60k rows share a few hundred states
     for (account, user, partition, qos, default_qos, max_jobs, grp_jobs, max_submit,
          max_wall) in _rows(text, 9):
         if account == "root" and (not user or user in root_users):
@@ -147,8 +148,8 @@ def parse_associations(text: str, root_users: frozenset[str] = ROOT_USERS) -> tu
                                              _int_or_none(grp_jobs), _int_or_none(max_submit),
                                              walltime_minutes(max_wall))
         else:
-            associations[AssocKey(user, account, partition)] = AssocState(
-                frozenset(q for q in qos.split(",") if q), default_qos or None)
+            state = AssocState(frozenset(q for q in qos.split(",") if q), default_qos or None)
+            associations[AssocKey(user, account, partition)] = shared.setdefault(state, state)
     return accounts, associations
 
 

@@ -20,9 +20,13 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from functools import lru_cache
+from operator import itemgetter
+from typing import Any, NamedTuple
+
+from beanie import Document
 
 from ..models import (
     GroupMembership,
@@ -34,7 +38,7 @@ from ..models import (
     User,
     UserSiteInfo,
 )
-from ..models.base import columns, group_key, grouped, grouped_columns, rows
+from ..models.base import columns, group_key, grouped_columns, rows
 from ..models.fields import parse_quota_mb, utcnow
 from ..models.slurm import TRESTotal, walltime_minutes
 from ..queries.site import get_site
@@ -53,6 +57,7 @@ from .slurm_state import (
 )
 
 ELIGIBLE_STATUSES = ("active", "offboarding")
+_new_tuple = tuple.__new__  # AssocKey(…) without its Python-level __new__
 ROSTER = frozenset({"member", "slurmer"})  # membership roles that put a user in a group's roster
 
 
@@ -85,18 +90,16 @@ class Eligibility:
         return found
 
 
-@dataclass(frozen=True, slots=True)
-class _Standing:
-    """The fields eligibility reads, of a user or of their site record."""
+class Standings(NamedTuple):
+    """The fields eligibility reads, of every user or every site record, by name (one
+    dict per field, built from the store's columns in C)."""
 
-    name: str
-    status: str | None = None
-    access: tuple[str, ...] = ()
-    expires_at: datetime | None = None
+    status: dict[str, str | None]
+    access: dict[str, Any]  # list, or its JSON text: read it through ``_listed``
+    expires_at: dict[str, datetime]  # only the records that expire
 
 
-def eligibility(user: User | _Standing, usi: UserSiteInfo | _Standing | None,
-                now: datetime) -> Eligibility:
+def eligibility(user: User, usi: UserSiteInfo | None, now: datetime) -> Eligibility:
     expiries = [t for t in (user.expires_at, usi.expires_at if usi else None) if t is not None]
     return Eligibility(
         user=user.name, on_site=usi is not None,
@@ -105,13 +108,34 @@ def eligibility(user: User | _Standing, usi: UserSiteInfo | _Standing | None,
         expired=any(t <= now for t in expiries))
 
 
-def _eligible(user: _Standing, usi: _Standing, now: datetime) -> bool:
-    """``eligibility(user, usi, now).eligible`` for a user on the site, without building
-    the verdict (called once per user of the site)."""
-    status = usi.status if usi.status is not None else user.status
-    if status not in ELIGIBLE_STATUSES or "slurm" not in (usi.access or user.access):
-        return False
-    return not any(t is not None and t <= now for t in (user.expires_at, usi.expires_at))
+def eligible_names(users: Standings, usis: Standings, now: datetime) -> set[str]:
+    """The users of the site that ``eligibility`` finds eligible (one step per site
+    record, no verdict objects)."""
+    found = set()
+    user_status, user_access, user_expiry = users
+    site_access, site_expiry = usis.access, usis.expires_at
+    expiring = bool(user_expiry or site_expiry)
+    for name, status in usis.status.items():
+        if name not in user_status:
+            continue
+        if status is None:
+            status = user_status[name]
+        if status not in ELIGIBLE_STATUSES:
+            continue
+        access = site_access[name]
+        if type(access) is not list:
+            access = _listed(access)
+        if not access:
+            access = user_access[name]
+            if type(access) is not list:
+                access = _listed(access)
+        if "slurm" not in access:
+            continue
+        if expiring and any(t is not None and t <= now for t in (user_expiry.get(name),
+                                                                   site_expiry.get(name))):
+            continue
+        found.add(name)
+    return found
 
 
 def _tres(total: TRESTotal) -> TRES:
@@ -124,7 +148,32 @@ def _tres(total: TRESTotal) -> TRES:
 
 def _listed(value: Any) -> tuple[Any, ...]:
     """A pushed list field as a tuple (the embedded store may push it as JSON text)."""
-    return group_key(value) or () if value is not None else ()
+    if type(value) is list:
+        return tuple(value)
+    return () if value is None else _decoded(value)
+
+
+@lru_cache(maxsize=256)
+def _decoded(text: str) -> tuple[Any, ...]:
+    """JSON text of a list, parsed once per distinct value (a site's 20k ``access``
+    lists are a handful of distinct texts)."""
+    return group_key(text) or ()
+
+
+async def _columns(model: type[Document], match: dict[str, Any],
+                   *fields: str) -> tuple[list[Any], ...]:
+    """The values of ``fields`` of every matching document, one aligned list per field
+    (``grouped_columns`` with no key), without a dict per document."""
+    found = await grouped_columns(model, match, "", *fields)
+    return found.get(None) or tuple([] for _ in fields)
+
+
+def _instant(value: datetime | str) -> datetime:
+    """A projected datetime as an aware one: a value ``$set`` by hand may be stored (and
+    read back) as ISO text on the embedded store; naive means UTC."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def _doc(value: Any) -> dict[str, Any]:
@@ -173,7 +222,7 @@ async def _qos_states(site: str, cluster: str, now: datetime) -> dict[str, QOSSt
              "expires_at"))
     # ``.get``: the embedded store's ``$ne: None`` also matches a missing field
     expired = {row["_id"] for row in expiring
-               if row.get("expires_at") is not None and row["expires_at"] <= now}
+               if row.get("expires_at") is not None and _instant(row["expires_at"]) <= now}
     buckets: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for grant in grant_rows:
         if grant["_id"] not in expired:
@@ -189,9 +238,11 @@ async def _qos_states(site: str, cluster: str, now: datetime) -> dict[str, QOSSt
 
 
 async def desired_state(site_name: str, *, now: datetime | None = None) -> SlurmState:
-    """Every read is projected or grouped in the store (no model per document) and the
-    independent ones run together: at 20k users, 60k associations and 1,500 QOS this is
-    a few tenths of a second of reading where full models took 12 s (bench/RESULTS.md)."""
+    """Every read is projected or grouped in the store (no model per document), issued
+    together: at 20k users, 60k associations and 1,500 QOS this costs under a second of
+    CPU, the store's included, where full models took 12-13 s (bench/RESULTS.md, issue
+    18). The embedded store answers one command at a time, so issuing them together only
+    overlaps our decoding with its work."""
     now = now or utcnow()
     site = await get_site(site_name)
     cluster = site.cluster_name
@@ -200,21 +251,20 @@ async def desired_state(site_name: str, *, now: datetime | None = None) -> Slurm
     (usis, users, edges, account_rows, qos, assoc_rows, renames) = await asyncio.gather(
         standings(UserSiteInfo, {"site": site.name}, "user"),
         standings(User, {}, "name"),
-        grouped_columns(GroupMembership, {"site": site.name}, "group", "user", "roles"),
+        _columns(GroupMembership, {"site": site.name}, "group", "user", "roles"),
         columns(SlurmAccount, {"site": site.name}, "group", "limits", "coordinators"),
         _qos_states(site.name, cluster, now),
         columns(SlurmAssociation, {"site": site.name}, "account", "partition", "qos",
                 "default_qos"),
         user_renames())
-    eligible = {name for name, usi in usis.items()
-                if name in users and _eligible(users[name], usi, now)}
+    eligible = eligible_names(users, usis, now)
 
     rosters: dict[str, set[str]] = {}
-    for group, (members, roles) in edges.items():
-        rosters[group] = {user for user, held in zip(members, roles, strict=True)
-                          if held and not ROSTER.isdisjoint(_listed(held))}
+    for group, user, roles in zip(*edges, strict=True):
+        if not ROSTER.isdisjoint(_listed(roles)):
+            rosters.setdefault(group, set()).add(user)
     for group in site.group.sticky:
-        rosters.setdefault(group, set()).update(usis)
+        rosters.setdefault(group, set()).update(usis.status)
 
     accounts = {row["group"]: row for row in account_rows}
     associations: dict[AssocKey, AssocState] = {}
@@ -235,15 +285,16 @@ async def desired_state(site_name: str, *, now: datetime | None = None) -> Slurm
         else:
             roster = rosters.get(account, set()) & eligible
         state = AssocState(frozenset(assoc_qos), assoc.get("default_qos"))
-        for user in roster:
-            associations[AssocKey(user, account, partition)] = state
+        # 60k keys at a site: built by C calls, not one Python-level __new__ each
+        associations.update(dict.fromkeys(
+            [_new_tuple(AssocKey, (user, account, partition)) for user in roster], state))
 
     default_accounts: dict[str, str] = {}
     if site.slurm.default_account:
         default_accounts = {key.user: key.account for key in associations
                             if key.account == site.slurm.default_account}
 
-    associated = {key.user for key in associations}
+    associated = frozenset(map(itemgetter(0), associations))  # users, in C
     coordinators: dict[str, frozenset[str]] = {}
     for name, account in accounts.items():
         named = _listed(account.get("coordinators"))
@@ -263,23 +314,28 @@ async def desired_state(site_name: str, *, now: datetime | None = None) -> Slurm
 
 
 async def standings(model: type[User] | type[UserSiteInfo], match: dict[str, Any],
-                    name: str) -> dict[str, _Standing]:
-    """name -> status, access and expiry of every matching user or site record, from two
-    ``$group`` queries and one for the few records that expire.
+                    name: str) -> Standings:
+    """Status, access and expiry of every matching user or site record: one ``$group``
+    pushing the four fields, and a projected read of the records that expire when there
+    are any.
 
-    Why: a site of 20k users took 0.6-0.8 s per collection to read even projected (the
-    embedded store decodes every document); grouped in the store it is 0.05 s each.
+    Why: the embedded store decodes each document once per field it extracts; a site of
+    20k users took 0.6-0.8 s per collection to read even projected, three grouped reads
+    (status, access, expiring) about 0.9 s, and this one ~0.6 s under load. Its pushed
+    datetimes come back in their stored form, so ``expires_at`` is only used to learn
+    whether any record expires; those few are read again with real datetimes.
     """
-    statuses = await grouped(model, match, "status", name)
-    accesses = await grouped(model, match, "access", name)
-    expiring = await rows(model, {**match, "expires_at": {"$ne": None}}, name, "expires_at")
-    status_of = {n: status for status, names in statuses.items() for n in names}
-    access_of = {n: access or () for access, names in accesses.items() if access
-                 for n in names}
-    # ``.get``: the embedded store's ``$ne: None`` also matches a missing field
-    expiry_of = {row[name]: row["expires_at"] for row in expiring if row.get("expires_at")}
-    return {n: _Standing(n, status, access_of.get(n, ()), expiry_of.get(n))
-            for n, status in status_of.items()}
+    names, statuses, accesses, expiries = await _columns(model, match, name, "status",
+                                                         "access", "expires_at")
+    expiry_of: dict[str, datetime] = {}
+    if any(expiry is not None for expiry in expiries):
+        expiring = await rows(model, {**match, "expires_at": {"$ne": None}}, name,
+                              "expires_at")
+        # ``.get``: the embedded store's ``$ne: None`` also matches a missing field
+        expiry_of = {row[name]: _instant(row["expires_at"]) for row in expiring
+                     if row.get("expires_at")}
+    return Standings(dict(zip(names, statuses, strict=True)),
+                     dict(zip(names, accesses, strict=True)), expiry_of)
 
 
 async def user_renames() -> dict[str, str]:

@@ -18,9 +18,11 @@ listing it, so a QOS still used by another cluster is never removed.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from itertools import compress, filterfalse
+from operator import itemgetter, ne
 from typing import Any, Literal
 
 from .slurm_limits import ASSOC_LIMITS, QOS_LIMITS, reset_args, tres_mins_args
@@ -108,9 +110,19 @@ class Plan:
         if batch.kind == "delete" or batch.label == "remove coordinators":
             return len(command.targets)
         if batch.label == "modify associations":
-            targets = set(command.targets)
-            return sum(1 for assoc, _ in self.qos_removed if assoc in targets)
+            dropped = self._qos_removed_per_association()
+            return sum(dropped.get(target, 0) for target in command.targets)
         return 0
+
+    def _qos_removed_per_association(self) -> dict[str, int]:
+        """association -> how many QOS the plan drops from it, counted once per plan
+        (``command_removals`` runs per command: scanning every dropped QOS each time
+        was commands x removals, quadratic in users when one QOS leaves a big group)."""
+        found = self.__dict__.get("_dropped")
+        if found is None:
+            found = Counter(assoc for assoc, _ in self.qos_removed)
+            self.__dict__["_dropped"] = found
+        return found
 
     @property
     def removals(self) -> list[str]:
@@ -288,17 +300,15 @@ def _diff(desired: SlurmState, actual: SlurmState) -> _Diff:
     want, have = desired.associations, actual.associations
     if want == have:  # a converged site: one comparison in C (states are tuples)
         return _Diff([], [], [])
+    # the rows whose state differs (None for a missing row), found by C iterators: only
+    # those take a Python step
+    differ = compress(want, map(ne, map(have.get, want), want.values()))
     missing, changed = [], []
-    get = have.get
-    for key, state in want.items():
-        current = get(key)
-        if current is None:
-            missing.append(key)
-        elif current != state:
-            changed.append(key)
+    for key in differ:
+        (changed if key in have else missing).append(key)
     # every wanted row found means the cluster has nothing else unless it is larger
     found = len(want) - len(missing)
-    stale = [key for key in have if key not in want] if len(have) > found else []
+    stale = list(filterfalse(want.__contains__, have)) if len(have) > found else []
     return _Diff(missing, changed, stale)
 
 
@@ -320,7 +330,9 @@ def _plan_adds(desired: SlurmState, actual: SlurmState, missing: list[AssocKey])
         return _Adds([], {})
     for key in missing:
         want = desired.associations[key]
-        settings = (*_assoc_settings(want), *tres_mins_args(want.grp_tres_mins, ()))
+        settings = _assoc_settings(want)
+        if want.grp_tres_mins:  # a quota block on a new row
+            settings += tres_mins_args(want.grp_tres_mins, ())
         wanted[key.user][(key.account, settings)].add(key.partition)
     items = []
     for user, shapes in wanted.items():
@@ -420,16 +432,17 @@ def wanted_default_accounts(desired: SlurmState, actual: SlurmState) -> dict[str
     Every associated user gets one, so no delete can hit a default association.
     """
     pairs = desired.user_account_pairs()
-    # lookups of (user, account) pairs: one min() per user only for those whose default
-    # is neither the site's nor their current one (new users)
-    wanted = {user: account for user, account in actual.default_accounts.items()
-              if (user, account) in pairs}  # current, still associated
-    wanted.update((user, account) for user, account in desired.default_accounts.items()
-                  if (user, account) in pairs)  # the site's beats current
-    if len(wanted) < len(desired.users()):
-        accounts = desired.user_accounts()
-        for user in desired.users() - wanted.keys():
-            wanted[user] = min(accounts[user])
+    # filters of (user, account) pairs, in C: one Python step per user only for those
+    # whose default is neither the site's nor their current one (new users)
+    wanted = dict(filter(pairs.__contains__, actual.default_accounts.items()))  # current
+    wanted.update(filter(pairs.__contains__, desired.default_accounts.items()))  # site's
+    if not all(map(wanted.__contains__, map(itemgetter(0), pairs))):
+        rest = desired.users() - wanted.keys()  # the first of their accounts, in one pass
+        first: dict[str, str] = {}
+        for user, account in pairs:
+            if user in rest and (user not in first or account < first[user]):
+                first[user] = account
+        wanted.update(first)
     return wanted
 
 
@@ -442,7 +455,8 @@ def _plan_defaults(desired: SlurmState, actual: SlurmState, first_account: dict[
     current = actual.default_accounts
     if wanted == current:  # one comparison in C
         return []
-    changes = [(account, user) for user, account in wanted.items()
+    differ = filterfalse(current.items().__contains__, wanted.items())  # in C as well
+    changes = [(account, user) for user, account in differ
                if (current.get(user) or first_account.get(user)) != account]
     return _grouped(changes, lambda account, names: Command(
         ("modify", "user", "where", f"name={','.join(names)}", f"cluster={cluster}", "set",
@@ -452,9 +466,12 @@ def _plan_defaults(desired: SlurmState, actual: SlurmState, first_account: dict[
 def _plan_coordinators(desired: SlurmState,
                        actual: SlurmState) -> tuple[list[Command], list[Command]]:
     adds, removes = [], []
+    nobody: frozenset[str] = frozenset()
     for account in sorted(desired.accounts):
-        want = desired.coordinators.get(account, frozenset())
-        have = actual.coordinators.get(account, frozenset())
+        want = desired.coordinators.get(account, nobody)
+        have = actual.coordinators.get(account, nobody)
+        if want == have:  # most accounts: no set arithmetic, no sorting
+            continue
         if missing := sorted(want - have):
             adds.append(Command(("add", "coordinator", f"account={account}",
                                  f"names={','.join(missing)}"),

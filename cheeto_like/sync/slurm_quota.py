@@ -120,6 +120,6 @@ def with_blocks(state: SlurmState, blocks: QuotaBlocks) -> SlurmState:
 
 async def apply_quota_blocks(state: SlurmState, site: str, now: datetime) -> SlurmState:
     """The desired state's hook (one call from ``slurm_desired.desired_state``)."""
-    blocks = await quota_blocks(site, now, users={key.user for key in state.associations},
+    blocks = await quota_blocks(site, now, users=state.users(),
                                 accounts=state.accounts)
     return with_blocks(state, blocks)

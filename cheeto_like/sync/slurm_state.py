@@ -171,7 +171,8 @@ class SlurmState:
         """Every user with at least one association (computed once per state)."""
         found = self.__dict__.get("_users")
         if found is None:
-            found = frozenset(map(_FIRST, self.user_account_pairs()))
+            pairs = self.__dict__.get("_pairs")
+            found = frozenset(map(_FIRST, pairs if pairs is not None else self.associations))
             self.__dict__["_users"] = found
         return found
 

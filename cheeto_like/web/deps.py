@@ -11,7 +11,8 @@
   logged as deprecated; managed keys with ``puppet:read``; operators' tokens).
 
 Tokens are checked against the revocation collection on every request (one point
-lookup by ``jti``); a person's roles are read per request (two queries).
+lookup by ``jti``); a person's status and roles are read per request (three queries):
+someone no longer active is a 401 at once, whatever token they hold.
 """
 
 from __future__ import annotations
@@ -84,7 +85,10 @@ async def _from_token(auth: Auth, token: str) -> Principal:
         raise _unauthorized(str(exc)) from None
     if await RevokedToken.find_one({"jti": claims.jti}) is not None:
         raise _unauthorized("the token has been revoked")
-    return await load_person(claims.sub, token_id=claims.jti, token_exp=claims.exp)
+    who = await load_person(claims.sub, token_id=claims.jti, token_exp=claims.exp)
+    if not who.roles:  # the record is gone or no longer active
+        raise _unauthorized("this account may not sign in")
+    return who
 
 
 async def _from_key(auth: Auth, secret: str) -> Principal:

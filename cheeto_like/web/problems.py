@@ -33,6 +33,8 @@ SECURE_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
 }
 
+HSTS = "max-age=31536000"
+
 
 class Problem(BaseModel):
     type: str = "about:blank"
@@ -122,4 +124,6 @@ def install(app: FastAPI, prefix: str) -> None:
         if is_v1(request):
             for name, value in SECURE_HEADERS.items():
                 response.headers.setdefault(name, value)
+            if request.url.scheme == "https":  # served over TLS: browsers keep to it
+                response.headers.setdefault("Strict-Transport-Security", HSTS)
         return response

@@ -32,7 +32,8 @@ def setup(world: Store, mongo_config: MongoConfig, request: pytest.FixtureReques
     tmp = tmp_path_factory.mktemp("auth-cli")
     key_file = tmp / "jwt.key"
     config = write_config(tmp / "config.yaml", mongo_config, module_database(request),
-                          api_key=STATIC_KEY, jwt_key_file=str(key_file))
+                          api_key=STATIC_KEY, jwt_key_file=str(key_file),
+                          key_use_flush_seconds=0.5)
     srv = Server(config, tmp / "api.log").wait()
     try:
         yield config, srv, key_file
@@ -91,7 +92,33 @@ async def test_apikey_lifecycle_from_the_cli(cli, setup):  # type: ignore[no-unt
     assert r.code == 2
 
 
-async def test_token_issue(cli, setup):  # type: ignore[no-untyped-def]
+async def test_a_running_api_records_key_use_in_batches(cli, setup):  # type: ignore[no-untyped-def]
+    """The live server's flush task writes last use (every api.key_use_flush_seconds,
+    0.5 s here), so ``ng apikey list`` shows it without a write per request."""
+    import asyncio
+
+    import httpx
+
+    config, srv, _ = setup
+    r = await cli("ng", "apikey", "create", "--name", "live-reader", "--scope", "api:read",
+                  config=config)
+    secret = r.stdout.strip()
+    async with httpx.AsyncClient() as http:
+        for _ in range(5):
+            r = await http.get(f"{srv.url}/api/v1/sites", headers={"X-API-Key": secret})
+            assert r.status_code == 200
+    for _ in range(50):
+        key = await ApiKey.find_one({"name": "live-reader"})
+        if key is not None and key.last_used_epoch is not None:
+            break
+        await asyncio.sleep(0.1)
+    assert key is not None and key.last_used_epoch is not None
+    r = await cli("ng", "apikey", "list", "--json", config=config)
+    listed = next(k for k in r.json() if k["name"] == "live-reader")
+    assert listed["last_used_epoch"] == key.last_used_epoch, listed
+
+
+async def test_token_issue(cli, setup, world):  # type: ignore[no-untyped-def]
     config, _, key_file = setup
     r = await cli("token", "issue", "-u", "alice", "--ttl", "2h", config=config)
     assert r.code == 0, r.stderr
@@ -101,6 +128,11 @@ async def test_token_issue(cli, setup):  # type: ignore[no-untyped-def]
     assert token not in r.stderr
     r = await cli("token", "issue", "-u", "ghost", config=config)
     assert r.code == 2 and r.stdout == ""
+    from cheeto_like.operations.user import SetUserStatus
+
+    await SetUserStatus.run(world, "tester", name="dave", status="disabled", reason="left")
+    r = await cli("token", "issue", "-u", "dave", config=config)
+    assert r.code == 2 and "not active" in r.stderr and r.stdout == ""
 
 
 async def test_client_login_me_usage_quota_logout(cli, setup, api_env):  # type: ignore[no-untyped-def]

@@ -1,5 +1,6 @@
-"""``cheeto ipython`` with commands piped on stdin (IPython is not a dependency, so the
-standard library console runs): the store is open, the models are imported, top-level
+"""``cheeto ipython`` with commands piped on stdin (not a terminal, so the standard
+library console runs even though IPython is installed; test_ipython_pty.py drives the
+IPython branch on a real pty): the store is open, the models are imported, top-level
 ``await`` works, errors are shown and the session goes on."""
 
 from __future__ import annotations

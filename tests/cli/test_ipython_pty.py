@@ -51,7 +51,8 @@ class Terminal:
                 except OSError:  # the child closed the terminal
                     chunk = b""
                 if not chunk:
-                    assert False, f"the shell ended before {pattern!r}:\n{self.clean}"
+                    raise AssertionError(f"the shell ended before {pattern!r}:\n"
+                                         f"{self.clean}")
                 self.seen += chunk.decode(errors="replace")
 
     def send(self, line: str) -> None:

@@ -101,6 +101,7 @@ async def test_show_commands(cli, setup):
     data = r.json()
     assert data["dirty"] == {"users": 0, "left_site": 0, "groups": 0, "automount_keys": 0}
     assert data["last_run"]["status"] == "ok" and data["ldap"]["groups"] >= 11
+    assert data["mark"]["pending"] == [] and data["mark"]["known"]["users"] == 1
     r = await cli("ng", "ldap", "show", "site", "-s", lab.site, config=config)
     assert r.code == 0 and f"LDAP at {lab.site}" in r.stderr
     r = await cli("ng", "ldap", "show", "user", "-u", "nobody", config=config)
@@ -134,7 +135,8 @@ async def test_sync_refuses_past_the_cap_with_exit_1(cli, setup):
     await cli("ng", "ldap", "sync-site", "-s", lab.site, config=config)
     lab.ldapadd(f"dn: {lab.group_dn('junk')}\nobjectClass: groupOfMembers\n"
                 "objectClass: posixGroup\ncn: junk\ngidNumber: 79\n")
-    r = await cli("ng", "ldap", "sync-site", "-s", lab.site, "--max-deletions", "0",
+    # a hand-made stray: --full lists the directory (an incremental run reads by name)
+    r = await cli("ng", "ldap", "sync-site", "-s", lab.site, "--full", "--max-deletions", "0",
                   config=config)
     assert r.code == 1 and "more than --max-deletions 0" in r.stderr
     assert lab.entry(lab.group_dn("junk")) is not None
@@ -165,6 +167,10 @@ async def test_clear_tree_of_a_site(cli, setup):
     assert lab.entry(lab.user_dn(lab.name("alice"))) is not None  # users are elsewhere
     runs = await SyncRun.find({"site": lab.site, "extra.command": "clear-tree"}).to_list()
     assert {r.apply for r in runs} == {True, False}
+    # the site's mark went with the tree: the next incremental run lists and rebuilds it
+    r = await cli("ng", "ldap", "sync-site", "-s", lab.site, config=config)
+    assert r.code == 0, r.stderr
+    assert lab.entry(f"ou=groups,{lab.site_dn()}") is not None
 
 
 async def test_unreachable_and_refused_directories_are_one_line_exit_1(cli, setup, cli_config,

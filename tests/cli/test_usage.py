@@ -193,3 +193,40 @@ async def test_summary_lists_accounts_fullest_first_with_quota_and_percent(cli, 
     assert r.code == 0 and r.stdout == "" and "fullest first" in r.stderr
     r = await cli("ng", "usage", "summary", "-s", "nowhere")
     assert r.code == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("by", "expected"), [
+    ("user", {"alice": 2, "bob": 1}),
+    ("account", {"lab": 2, "other": 1}),
+    ("partition", {"cpu": 2, "gpu": 1}),
+    ("gpu-type", {"a100": 1}),  # jobs without GPUs have no GPU type row
+    ("day", "first-of-month"),
+])
+async def test_report_by_each_grouping(cli, farm, by, expected):
+    r = await cli("ng", "usage", "report", "-s", "farm", "--by", by, "--json")
+    assert r.code == 0, r.stderr
+    data = r.json()
+    assert data["by"] == by and data["period"] == "monthly"
+    if expected == "first-of-month":
+        expected = {f"{utcnow():%Y-%m}-01": 3}
+    assert {row[by]: row["jobs"] for row in data["rows"]} == expected
+    assert data["total"]["jobs"] == sum(expected.values())  # gpu-type: the GPU jobs
+
+
+async def test_report_periods_windows_and_one_subject(cli, farm):
+    for period in ("monthly", "quarterly", "yearly", "none"):
+        r = await cli("ng", "usage", "report", "-s", "farm", "--period", period, "--json")
+        assert r.code == 0, r.stderr
+        assert r.json()["period"] == period and r.json()["total"]["jobs"] == 3
+    r = await cli("ng", "usage", "report", "-s", "farm", "--period", "quarterly",
+                  "--user", "alice", "--json")
+    data = r.json()
+    assert (data["user"], data["total"]["jobs"], data["total"]["cpu_minutes"]) == (
+        "alice", 2, 180.0)
+    r = await cli("ng", "usage", "report", "-s", "farm", "--account", "other", "--yaml")
+    assert r.code == 0 and r.yaml()["total"]["jobs"] == 1
+    # an explicit window that ends before the jobs: nothing
+    r = await cli("ng", "usage", "report", "-s", "farm", "--start", "2001-01-01",
+                  "--end", "2001-02-01", "--json")
+    assert r.code == 0 and r.json()["period"] == "explicit" and r.json()["rows"] == []
+    assert r.json()["total"]["jobs"] == 0

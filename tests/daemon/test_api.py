@@ -424,6 +424,74 @@ async def test_export_cache_rebuilds_when_the_generation_moves_never_making_a_cl
     await cache.close()
 
 
+async def test_during_a_rebuild_every_request_gets_the_previous_body_from_one_builder():
+    """A burst of requests while a slow rebuild runs: none waits for it (each answers
+    within a few ms with the previous body), and exactly one build runs."""
+    generations = {"all": 1}
+    builds = 0
+    release = asyncio.Event()
+
+    async def read() -> dict[str, int]:
+        return dict(generations)
+
+    async def compute() -> str:
+        nonlocal builds
+        builds += 1
+        if builds > 1:
+            await release.wait()  # the rebuild is slow
+        return f"body {builds}"
+
+    cache = ExportCache(3600, poll=0, read_generations=read)
+    assert await cache.get(("storage", "farm"), compute) == ("body 1", "miss")
+    generations["all"] = 2  # a write committed
+    burst = await asyncio.wait_for(
+        asyncio.gather(*(cache.get(("storage", "farm"), compute) for _ in range(50))),
+        timeout=5)  # would hang on ``release`` if any request waited for the rebuild
+    assert set(burst) == {("body 1", "stale")}
+    assert builds == 2  # one builder for the whole burst
+    release.set()
+    for _ in range(100):
+        if (await cache.get(("storage", "farm"), compute))[1] == "hit":
+            break
+        await asyncio.sleep(0.01)
+    assert await cache.get(("storage", "farm"), compute) == ("body 2", "hit")
+    assert builds == 2
+    await cache.close()
+
+
+async def test_a_write_during_a_rebuild_triggers_another_rebuild():
+    """The rebuild is tagged with the generation read before it started, so a write that
+    lands while it runs is not lost behind it."""
+    generations = {"all": 1}
+    started = asyncio.Event()
+    release = asyncio.Event()
+    builds = 0
+
+    async def read() -> dict[str, int]:
+        return dict(generations)
+
+    async def compute() -> int:
+        nonlocal builds
+        builds += 1
+        if builds == 2:
+            started.set()
+            await release.wait()
+        return builds
+
+    cache = ExportCache(3600, poll=0, read_generations=read)
+    assert await cache.get(("root-keys", "farm"), compute) == (1, "miss")
+    generations["all"] = 2
+    assert await cache.get(("root-keys", "farm"), compute) == (1, "stale")
+    await started.wait()
+    generations["all"] = 3  # lands during the rebuild from generation 2
+    release.set()
+    await asyncio.sleep(0.01)
+    assert await cache.get(("root-keys", "farm"), compute) == (2, "stale")  # outdated again
+    await asyncio.sleep(0.01)
+    assert await cache.get(("root-keys", "farm"), compute) == (3, "hit")
+    await cache.close()
+
+
 async def test_export_cache_reads_the_generations_once_per_poll():
     reads = 0
 
@@ -442,6 +510,57 @@ async def test_export_cache_reads_the_generations_once_per_poll():
     assert reads == 1 and {r[0] for r in results} == {"body"}
     assert await cache.get(("storage", "farm"), compute) == ("body", "hit")
     assert reads == 1
+    await cache.close()
+
+
+async def test_the_poller_rebuilds_a_changed_site_before_anyone_asks():
+    """With ``poll > 0`` the generations are read in the background, never by a request,
+    and a moved generation rebuilds the site's bodies at once: the next request after
+    about ``poll`` plus one rebuild gets the new body as a hit."""
+    generations = {"all": 1, "site:farm": 1}
+    reads = 0
+    builds = 0
+
+    async def read() -> dict[str, int]:
+        nonlocal reads
+        reads += 1
+        return dict(generations)
+
+    async def compute() -> int:
+        nonlocal builds
+        builds += 1
+        return builds
+
+    cache = ExportCache(3600, poll=0.02, read_generations=read)
+    assert await cache.get(("storage", "farm"), compute) == (1, "miss")
+    generations["site:farm"] = 2  # a write to farm; no request comes for a while
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        if builds == 2:
+            break
+    assert builds == 2
+    assert await cache.get(("storage", "farm"), compute) == (2, "hit")
+    assert reads > 1
+    await cache.close()
+
+
+async def test_a_failed_generations_read_keeps_the_cache_serving():
+    generations: dict[str, int] | None = {"all": 1}
+
+    async def read() -> dict[str, int]:
+        if generations is None:
+            raise ConnectionError("store down")
+        return dict(generations)
+
+    async def compute() -> str:
+        return "body"
+
+    cache = ExportCache(3600, poll=0.01, read_generations=read)
+    assert await cache.get(("storage", "farm"), compute) == ("body", "miss")
+    generations = None
+    await asyncio.sleep(0.05)  # the poller fails a few times, and logs it
+    assert await cache.get(("storage", "farm"), compute) == ("body", "hit")
+    await cache.close()
 
 
 async def test_export_cache_does_not_keep_failures():

@@ -22,8 +22,9 @@ from cheeto_like.operations.quota import SetGpuFactor
 from cheeto_like.operations.usage import collect
 from cheeto_like.queries.quota import quota_status, reservations
 from cheeto_like.queries.usage import factor_table
-from tests.factories import AUTHOR, make_site
+from tests.factories import AUTHOR, make_site, make_user
 from tests.services.fixtures import slurm_cluster  # noqa: F401
+from tests.services.fixtures_people import mail_config, mailbox, smtp_server  # noqa: F401
 from tests.services.slurm_cluster import SlurmCluster, ensure_unix_user
 
 USER = "usagealice"
@@ -136,6 +137,14 @@ async def test_cli_collect_moves_the_watermark_and_quota_show_reads_squeue(
         reserved = reservations(jobs, await factor_table("farm"), utcnow())
         [status] = await quota_status("farm", utcnow(), user=USER, reserved=reserved)
         assert status.cpu.preallocated == 2.0 and status.cpu.used > 0
+        # the command reads the same running job from the real squeue
+        r = await cli("ng", "quota", "show", "-s", "farm", "--user", USER, "--json")
+        assert r.code == 0, r.stderr
+        data = r.json()
+        assert data["preallocated_known"] is True
+        [shown] = data["subjects"]
+        assert shown["cpu_minutes"]["preallocated"] == 2.0  # 2 CPUs x --time=1
+        assert shown["cpu_minutes"]["used"] == pytest.approx(status.cpu.used, abs=0.01)
     finally:
         cluster.cancel_all()
 
@@ -155,3 +164,28 @@ async def test_the_daemon_task_body_collects_and_returns_a_json_summary(
     json.dumps(summary)  # Celery stores it as JSON
     cursor = await UsageCursor.find_one({"site": "farm"})
     assert cursor is not None and cursor.last["seen"] == summary["seen"]
+
+
+async def test_the_daemon_task_sends_the_threshold_notice_after_collecting(
+        farm, slurm_cluster, monkeypatch, mailbox):  # noqa: F811
+    """``usage_collect`` with ``notify`` (the default) and a ``mail`` section: the job just
+    collected puts the user past 100 % of a tiny quota, so the user is told, once."""
+    from cheeto_like.config import Config, UsageCollectTask
+    from cheeto_like.daemon.tasks import _usage
+    from cheeto_like.operations.quota import SetQuota
+
+    await make_user(farm, USER, email=f"{USER}@example.org")
+    await SetQuota.run(farm, AUTHOR, site="farm", user=USER, cpu_minutes=0.01,
+                       period="monthly")
+    for key, value in slurm_cluster.env.items():
+        monkeypatch.setenv(key, value)
+    ids = run_jobs(slurm_cluster)
+    wait_in_sacct(slurm_cluster, ids)
+    config = Config(mail=mail_config(mailbox))
+    summary = await _usage(farm, config, UsageCollectTask(), "farm", AUTHOR)
+    assert summary["inserted"] >= 4
+    assert (summary["notices_sent"], summary["notices_failed"]) == (1, 0)
+    [mail] = mailbox.to(f"{USER}@example.org")
+    assert "100%" in mail.subject and "CPU" in mail.text()
+    again = await _usage(farm, config, UsageCollectTask(), "farm", AUTHOR)
+    assert again["notices_sent"] == 0 and len(mailbox.messages) == 1

@@ -383,19 +383,18 @@ async def test_drift_made_by_hand_is_repaired(lab: Lab):
     lab.ldapadd(f"dn: automountKey=stale,{lab.map_dn('auto.home')}\nobjectClass: automount\n"
                 "automountKey: stale\nautomountInformation: old:/x\n")
 
-    # an incremental run sees missing and stray entries (it lists every DN) ...
+    # an incremental run reads only what changed in the store: nothing here ...
     report = await lab.sync()
-    assert report.ok
-    assert sorted((c.op, c.label) for c in report.plan.changes) == [
-        ("add", f"user {n['bob']}"), ("delete", "automount auto.home/stale"),
-        ("delete", "group extra")]
-    assert lab.entry(lab.user_dn(n["bob"])) is not None
-    assert lab.entry(lab.group_dn("extra")) is None
-    # ... while values inside unchanged records wait for --full
-    assert "intruder" in lab.members(n["lab"])
+    assert report.ok and report.plan.is_empty and report.unchanged
+    assert lab.entry(lab.user_dn(n["bob"])) is None
+    # ... hand-made drift (missing, stray and edited entries) is --full's to repair
     report = await lab.sync(full=True)
     assert sorted((c.op, c.label) for c in report.plan.changes) == [
-        ("modify", f"group {n['lab']}"), ("modify", f"user {n['alice']}")]
+        ("add", f"user {n['bob']}"), ("delete", "automount auto.home/stale"),
+        ("delete", "group extra"), ("modify", f"group {n['lab']}"),
+        ("modify", f"user {n['alice']}")]
+    assert lab.entry(lab.user_dn(n["bob"])) is not None
+    assert lab.entry(lab.group_dn("extra")) is None
     assert lab.members(n["lab"]) == sorted([n["alice"], n["bob"]])
     alice = lab.entry(alice_dn)
     assert alice is not None and alice["loginShell"] == ["/usr/bin/bash"]
@@ -471,8 +470,8 @@ async def test_a_prune_over_the_cap_fails_the_run_and_writes_nothing(lab: Lab):
                     f"objectClass: posixGroup\ncn: x{i}\ngidNumber: {90 + i}\n")
     await SetUserShell.run(lab.store, AUTHOR, name=n["alice"], shell="/bin/zsh")
     before = lab.dump()
-    with pytest.raises(GuardTripped) as caught:
-        await lab.sync(max_deletions=2)
+    with pytest.raises(GuardTripped) as caught:  # hand-made strays: --full finds them
+        await lab.sync(max_deletions=2, full=True)
     assert caught.value.exit_code == 1
     assert sorted(caught.value.would_delete) == sorted(lab.group_dn(f"x{i}") for i in range(3))
     assert lab.dump() == before  # not even the shell change went out
@@ -483,7 +482,7 @@ async def test_a_prune_over_the_cap_fails_the_run_and_writes_nothing(lab: Lab):
     report = await sync.sync_site(lab.store, lab.config, lab.site, prune=False,
                                   max_deletions=0)
     assert report.writes == {"modify": 1}
-    assert (await lab.sync(max_deletions=3)).writes == {"delete": 3}
+    assert (await lab.sync(max_deletions=3, full=True)).writes == {"delete": 3}
 
 
 async def test_an_unreachable_server_or_a_wrong_password_writes_nothing(db, slapd: Slapd):  # noqa: F811
@@ -769,13 +768,13 @@ async def test_a_refused_write_is_reported_the_record_stays_dirty_and_deletes_wa
     await User.get_pymongo_collection().update_one(
         {"name": zoe}, {"$set": {"home_directory": "/home/zoë"}})
     await SetUserShell.run(lab.store, AUTHOR, name=n["bob"], shell="/bin/zsh")
-    report = await lab.sync()
+    report = await lab.sync(full=True)  # --full: it also sees the hand-made group
     assert not report.ok
     assert [(i.targets, i.outcome) for i in report.failed] == [([f"user {zoe}"], "failed")]
     assert "homeDirectory" in report.failed[0].detail
     assert [i.targets for i in report.skipped] == [["group extra"]]
     assert lab.entry(lab.group_dn("extra")) is not None
-    assert (await reload_user(zoe)).ldap.needs_sync(lab.site)
-    assert not (await reload_user(n["bob"])).ldap.needs_sync(lab.site)  # bob went through
+    assert await sync.needs_sync("user", zoe, lab.site)
+    assert not await sync.needs_sync("user", n["bob"], lab.site)  # bob went through
     run = await SyncRun.get(report.run_id)
     assert run is not None and run.status == "failed" and "1 LDAP write(s) failed" in run.error

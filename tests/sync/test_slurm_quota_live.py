@@ -212,7 +212,10 @@ async def test_an_account_over_quota_holds_every_member_until_its_quota_is_raise
         assert site.refused_or_held(user, "lab") is None
     assert site.cluster.wait_finished(site.submit("qtcid", "other")).state == "COMPLETED"
 
-    # drift: the block removed by hand and a foreign limit on a member's row are repaired
+    # drift: the block removed by hand and a foreign limit on a member's row are repaired.
+    # The queued jobs are held by hand meanwhile: without the block they would start
+    # (and, on a slow machine, finish) before the repairing sync.
+    site.cluster.scontrol("hold", ",".join(jobs))
     mgr = site.cluster.sacctmgr
     mgr("-i", "modify", "account", "where", "name=lab", "cluster=farm", "set",
              "GrpTRESMins=cpu=-1")
@@ -226,8 +229,9 @@ async def test_an_account_over_quota_holds_every_member_until_its_quota_is_raise
         "GrpTRESMins=cpu=-1,mem=-1"])
     assert site.limits() == {("lab", "", ""): "cpu=0"}
     await site.quiet()
-    for job in jobs:
-        assert site.cluster.job(job).state == "PENDING"
+    site.cluster.scontrol("release", ",".join(jobs))
+    for job in jobs:  # the repaired block holds them again
+        site.held(job)
 
     await SetQuota.run(site.store, AUTHOR, site="farm", account="lab", cpu_minutes=600)
     await site.sync()

@@ -67,8 +67,15 @@ def app_config(tmp_path_factory: pytest.TempPathFactory) -> Config:
 
 
 @pytest.fixture(scope="module")
-def app(world: Store, app_config: Config):  # type: ignore[no-untyped-def]
-    return create_api(app_config, store=world)
+async def app(world: Store, app_config: Config):  # type: ignore[no-untyped-def]
+    """The API app (in process: ``httpx.ASGITransport`` runs no lifespan, so the export
+    cache's background tasks are stopped here, or they would outlive the module and
+    poll a store another module has moved on from)."""
+    built = create_api(app_config, store=world)
+    try:
+        yield built
+    finally:
+        await built.state.cache.close()
 
 
 @pytest.fixture

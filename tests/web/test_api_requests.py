@@ -204,3 +204,23 @@ async def test_bad_input_is_a_4xx_problem(http, app, world, method, path, body, 
     assert r.status_code == status, r.text
     assert r.headers["content-type"] == PROBLEM and r.json()["detail"]
     assert await Request.find({}).count() == before
+
+
+async def test_hippo_rows_show_to_the_groups_managers_and_operators(http, app, world):  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime, timedelta
+
+    from cheeto_like.models import HippoEvent
+
+    await HippoEvent(hippo_id=501, hippo_endpoint="https://hippo", action="CreateAccount",
+                     status="Pending", site="farm", target_username="zed",
+                     target_groupnames=["lab", "proj"], sponsor_username="someone",
+                     first_seen_at=datetime.now(UTC) - timedelta(days=1)).insert()
+
+    async def sees(user: str) -> bool:
+        r = await http.get("/api/v1/requests", headers=bearer(app, user))
+        return "h501" in [x["id"] for x in r.json()["items"]]
+
+    assert await sees("olga") and await sees("sam") and await sees("mona")  # proj, lab
+    assert not await sees("alice") and not await sees("bob")
+    r = await http.get("/api/v1/requests?hippo=false", headers=bearer(app, "olga"))
+    assert "h501" not in [x["id"] for x in r.json()["items"]]

@@ -19,12 +19,44 @@ from tests.web.conftest import PASSWORDS, STATIC_KEY, api_config, bearer
 PROBLEM = "application/problem+json"
 
 
+class LogText(logging.Handler):
+    """Everything logged while a test runs, as text. Attached to ``cheeto_like`` itself
+    (and the root), because an in-process CLI run turns the package logger's
+    propagation off, which would leave ``caplog`` empty and its checks vacuous."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.name} {record.getMessage()}")
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+@pytest.fixture
+def api_log():  # type: ignore[no-untyped-def]
+    handler = LogText()
+    ours, root = logging.getLogger("cheeto_like"), logging.getLogger()
+    levels = ours.level, root.level
+    for logger in (ours, root):
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        for logger, level in zip((ours, root), levels, strict=True):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+
+
 async def login(http, user: str, password: str, ip: str | None = None):  # type: ignore[no-untyped-def]
     return await http.post("/api/v1/login", json={"username": user, "password": password})
 
 
-async def test_login_with_the_stored_hash(http, app, caplog):  # type: ignore[no-untyped-def]
-    caplog.set_level(logging.INFO)
+async def test_login_with_the_stored_hash(http, app, api_log):  # type: ignore[no-untyped-def]
     r = await login(http, "alice", PASSWORDS["alice"])
     assert r.status_code == 200, r.text
     body = r.json()
@@ -34,7 +66,8 @@ async def test_login_with_the_stored_hash(http, app, caplog):  # type: ignore[no
     assert me.status_code == 200
     assert me.json()["name"] == "alice" and me.json()["role"] == "user"
     assert me.json()["member_of"] == ["lab"]
-    assert body["access_token"] not in caplog.text and PASSWORDS["alice"] not in caplog.text
+    assert "signed in: alice" in api_log.text  # the log is captured, and holds no secret
+    assert body["access_token"] not in api_log.text and PASSWORDS["alice"] not in api_log.text
 
 
 @pytest.mark.parametrize(("user", "password"), [
@@ -66,13 +99,12 @@ async def test_failed_logins_are_limited(world, tmp_path):  # type: ignore[no-un
         assert (await login(http, "adam", PASSWORDS["adam"])).status_code == 429
 
 
-async def test_failed_logins_are_limited_per_user_across_addresses(world, tmp_path, caplog):  # type: ignore[no-untyped-def]
+async def test_failed_logins_are_limited_per_user_across_addresses(world, tmp_path, api_log):  # type: ignore[no-untyped-def]
     """Guessing one person's password from many addresses is limited by the user's
     count; another person at a fresh address is not affected, and a password typed as
     the user name never reaches the log."""
     import httpx
 
-    caplog.set_level(logging.INFO)
     app = create_api(api_config(tmp_path, login_max_failures=3), store=world)
 
     def client(address: str) -> httpx.AsyncClient:
@@ -87,7 +119,7 @@ async def test_failed_logins_are_limited_per_user_across_addresses(world, tmp_pa
         assert r.status_code == 429 and int(r.headers["retry-after"]) > 0
         assert (await login(http, "adam", PASSWORDS["adam"])).status_code == 200
         assert (await login(http, "Tr0ub4dor&3 pw", "x")).status_code == 401
-    assert "Tr0ub4dor" not in caplog.text and "(not a user name)" in caplog.text
+    assert "Tr0ub4dor" not in api_log.text and "(not a user name)" in api_log.text
 
 
 async def test_logout_revokes_the_token(http, app):  # type: ignore[no-untyped-def]
@@ -99,6 +131,31 @@ async def test_logout_revokes_the_token(http, app):  # type: ignore[no-untyped-d
     assert r.status_code == 401 and r.json()["detail"] == "the token has been revoked"
     assert await RevokedToken.find({}).count() >= 1
     assert await History.find({}).count() == before  # no History row per sign-out
+
+
+async def test_people_no_longer_active_are_signed_out_at_once(app, world):  # type: ignore[no-untyped-def]
+    """A disabled person's token stops working on the next request, and they cannot
+    sign in again (with the same answer as a wrong password)."""
+    import httpx
+
+    from cheeto_like.operations.user import SetUserPassword, SetUserStatus
+    from tests.factories import AUTHOR
+
+    await SetUserPassword.run(world, AUTHOR, name="dave", password="dave-pw")
+    # an address of its own: the refused sign-in must not count against the others
+    transport = httpx.ASGITransport(app=app, client=("10.1.1.1", 4242))
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+        r = await login(http, "dave", "dave-pw")
+        assert r.status_code == 200
+        headers = {"Authorization": f"Bearer {r.json()['access_token']}"}
+        assert (await http.get("/api/v1/me", headers=headers)).status_code == 200
+        await SetUserStatus.run(world, AUTHOR, name="dave", status="disabled", reason="left")
+        r = await http.get("/api/v1/me", headers=headers)
+        assert r.status_code == 401 and r.json()["detail"] == "this account may not sign in"
+        r = await login(http, "dave", "dave-pw")
+        assert r.status_code == 401 and r.json()["detail"] == "invalid user name or password"
+        await SetUserStatus.run(world, AUTHOR, name="dave", status="active", reason="back")
+        assert (await http.get("/api/v1/me", headers=headers)).status_code == 200
 
 
 async def test_expired_revocations_are_cleared(http, app, world):  # type: ignore[no-untyped-def]
@@ -183,8 +240,7 @@ async def test_quota_round_trip_through_the_api(http, app):  # type: ignore[no-u
                            headers=bearer(app, "alice"))).status_code == 403
 
 
-async def test_api_key_lifecycle(http, app, world, caplog):  # type: ignore[no-untyped-def]
-    caplog.set_level(logging.INFO)
+async def test_api_key_lifecycle(http, app, world, api_log):  # type: ignore[no-untyped-def]
     admin = bearer(app, "adam")
     r = await http.post("/api/v1/api-keys", headers=admin,
                         json={"name": "monitor", "scopes": ["api:read"],
@@ -231,7 +287,7 @@ async def test_api_key_lifecycle(http, app, world, caplog):  # type: ignore[no-u
     assert (await http.get("/api/v1/users", headers={"X-API-Key": third})).status_code == 401
     assert (await http.delete("/api/v1/api-keys/monitor", headers=admin)).status_code == 409
     for secret in (first, second, third):
-        assert secret not in caplog.text
+        assert secret not in api_log.text
     ops = [h.op for h in await History.find({"changes.name": "monitor"}).to_list()]
     assert ops == ["create_api_key", "rotate_api_key", "rotate_api_key", "revoke_api_key"]
 
@@ -251,16 +307,15 @@ async def test_expired_keys_stop_working(http, app, world):  # type: ignore[no-u
         f for f in audit["items"] if f["name"] == "short-lived").items()
 
 
-async def test_puppet_routes_take_managed_keys_and_the_old_static_key(http, world, caplog):  # type: ignore[no-untyped-def]
+async def test_puppet_routes_take_managed_keys_and_the_old_static_key(http, world, api_log):  # type: ignore[no-untyped-def]
     from cheeto_like.operations.auth import CreateApiKey
 
     made = await CreateApiKey.run(world, "adam", name="puppet", scopes=["puppet:read"])
     r = await http.get("/puppet/storage/farm", headers={"X-API-Key": made.secret})
     assert r.status_code == 200
-    caplog.set_level(logging.WARNING, logger="cheeto_like.api")
     r = await http.get("/puppet/storage/farm", headers={"X-API-Key": STATIC_KEY})
     assert r.status_code == 200
-    assert "api.api_key is deprecated" in caplog.text and STATIC_KEY not in caplog.text
+    assert "api.api_key is deprecated" in api_log.text and STATIC_KEY not in api_log.text
     r = await http.get("/puppet/storage/farm", headers={"X-API-Key": STATIC_KEY + "x"})
     assert r.status_code == 401 and r.json() == {"detail": "invalid or missing API key"}
 
@@ -302,6 +357,19 @@ async def test_secure_headers(http, app):  # type: ignore[no-untyped-def]
         assert name in r.headers, name
 
 
+async def test_https_responses_ask_browsers_to_keep_to_tls(app):  # type: ignore[no-untyped-def]
+    import httpx
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="https://api") as tls:
+        r = await tls.get("/api/v1/me", headers=bearer(app, "alice"))
+    assert r.headers["strict-transport-security"] == "max-age=31536000"
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://api") as plain:
+        r = await plain.get("/api/v1/me", headers=bearer(app, "alice"))
+    assert "strict-transport-security" not in r.headers  # only meaningful over TLS
+
+
 def test_config_without_api_block_still_builds(world, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     from cheeto_like.config import MongoConfig
@@ -328,3 +396,4 @@ async def test_managed_keys_only_closes_the_puppet_routes(world, tmp_path):  # t
         assert r.status_code == 200
         r = await http.get("/puppet/storage/farm", headers=bearer(app, "alice"))
         assert r.status_code == 403
+    await app.state.cache.close()  # no lifespan in process: stop its background tasks

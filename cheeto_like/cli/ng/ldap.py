@@ -75,7 +75,10 @@ def _render(ctx: Any, report: sync.Report, title: str) -> int:
         if report.guard_exceeded:
             out.warn(f"{len(planned.removals)} removals exceed --max-deletions: an apply "
                      "would be refused")
-        if planned.is_empty:
+        if report.unchanged:
+            out.success("nothing to do: nothing changed in the store since the site's last run ("
+                        "nothing read; --full compares everything)")
+        elif planned.is_empty:
             out.success("nothing to do: LDAP matches the store")
         elif not report.dry_run:
             out.info(f"written: {esc(report.writes or {})}; watermarks: {esc(report.watermarked)}"

@@ -9,7 +9,8 @@ serves the pages. One browser per session (a fresh cookie jar per test via
 ``browser.reset()``), one server per module.
 
 World (``tests/web/conftest.seed_world`` plus): Slurm accounts lab and proj at farm,
-usage in the ledger this month (alice, bob), alice's quota 10 h CPU, defaults; the
+usage in the ledger this month (alice, bob), alice's quota 10 h CPU, defaults, a
+pending quota request of alice for lab; the
 directory holds alice, mona (manager of lab), sam (sponsor of proj), olga (operator)
 and adam (admin) with the passwords of ``LDAP_PASSWORDS``.
 """
@@ -56,6 +57,10 @@ async def seed_dashboard_world(store: Store) -> None:
                                user_gpu_minutes=600.0, account_gpu_minutes=6000.0)
     await SetQuota.run(store, AUTHOR, site="farm", user="alice", cpu_minutes=600.0,
                        gpu_minutes=120.0)
+    from cheeto_like.operations.request import FileRequest
+
+    await FileRequest.run(store, "alice", kind="quota", site="farm", account="lab",
+                          cpu_minutes=6000.0, reason="thesis runs", steps=["sponsor"])
     now = datetime.now(UTC)
     start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     jobs = [("alice", "lab", 0, 240.0, 30.0), ("alice", "lab", 1, 150.0, 0.0),
@@ -157,6 +162,20 @@ class Browser:
     async def click(self, css: str) -> None:
         await self.run((await self.find(css)).click)
 
+    async def submit(self, css: str) -> None:
+        """Click a submit button and wait until the next page has replaced this one (a
+        click returns before a form's navigation is guaranteed to be done)."""
+        from selenium.webdriver.support import expected_conditions
+        from selenium.webdriver.support.wait import WebDriverWait
+
+        def go() -> None:
+            page = self.driver.find_element("css selector", "html")
+            self.driver.find_element("css selector", css).click()
+            WebDriverWait(self.driver, 30).until(expected_conditions.staleness_of(page))
+            WebDriverWait(self.driver, 30).until(
+                lambda d: d.execute_script("return document.readyState") == "complete")
+        await self.run(go)
+
     async def text(self, css: str) -> str:
         return str(await self.run(lambda: (self.driver.find_element("css selector", css)
                                            .text)))
@@ -196,7 +215,7 @@ class Browser:
         await self.get("/login")
         await self.fill("#username", user)
         await self.fill("#password", password)
-        await self.click("#login-submit")
+        await self.submit("#login-submit")
 
 
 @pytest.fixture(scope="session")

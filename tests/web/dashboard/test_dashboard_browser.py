@@ -11,7 +11,7 @@ import json
 import httpx
 import pytest
 
-from cheeto_like.models import History, Quota, RevokedToken, SyncRun
+from cheeto_like.models import AuditRun, History, Quota, RevokedToken, SyncRun
 from cheeto_like.models.sync import SyncItem
 from tests.web.dashboard.conftest import LDAP_PASSWORDS, ROLE_LOGINS, Browser
 
@@ -34,7 +34,8 @@ async def sign_in_as(browser: Browser, role: str) -> str:
 
 @pytest.fixture(scope="module", autouse=True)
 async def a_sync_run(dash_world):  # type: ignore[no-untyped-def]
-    """One dry Slurm run with a planned and a failed command (drift to show)."""
+    """One dry Slurm run with a planned and a failed command (drift to show), and an
+    audit with one finding."""
     await SyncRun(target="slurm", site="farm", author="olga", apply=False, status="ok",
                   counts={"planned": 2}, items=[
                       SyncItem(batch="users", command="sacctmgr -i add user alice "
@@ -42,6 +43,10 @@ async def a_sync_run(dash_world):  # type: ignore[no-untyped-def]
                       SyncItem(batch="users", command="sacctmgr -i modify user bob",
                                targets=["bob"], outcome="failed", detail="<b>nope</b>")]
                   ).insert()
+    await AuditRun(scope="*", author="olga", findings=[
+        {"key": "expired|farm|carl", "severity": "high", "kind": "expired", "site": "farm",
+         "object": "carl", "detail": "expired but still in slurm", "fix": "ng user remove",
+         "status": "new"}]).insert()
 
 
 async def test_session_cookie_is_httponly_secure_strict(browser: Browser) -> None:
@@ -65,6 +70,8 @@ async def test_each_role_sees_its_pages_and_is_refused_the_others(
             assert not await browser.find_all("#error-page"), (role, name)
             for css in ["#page-title", "#whoami", *MAIN[name]]:
                 assert await browser.visible(css), (role, name, css)
+            # plain forms: no script anywhere (the CSP would refuse one anyway)
+            assert "<script" not in (await browser.source()).lower()
             await browser.screenshot(f"{role}-{name}")
         else:
             assert await browser.visible("#error-page"), (role, name)
@@ -95,12 +102,16 @@ async def test_manager_and_sponsor_see_their_accounts(browser: Browser) -> None:
     assert await browser.visible("#member-lab-alice")
     assert await browser.visible("#m-cpu-lab-alice")
     assert not await browser.find_all("#account-proj")
+    pending = await browser.text("#pending")
+    assert "quota" in pending and "lab" in pending and "alice" in pending
     await browser.get("/accounts?account=proj")  # not theirs
     assert (await browser.text("#error-page h1")).startswith("403")
     await sign_in_as(browser, "sponsor")
     await browser.get("/accounts")
     assert await browser.visible("#member-proj-bob")
     assert not await browser.find_all("#account-lab")
+    assert "thesis" not in await browser.text("#pending") and "lab" not in \
+        await browser.text("#pending")  # not sam's group
     await browser.screenshot("sponsor-accounts")
 
 
@@ -109,7 +120,7 @@ async def test_operator_edits_a_quota(browser: Browser, cli) -> None:  # type: i
     await browser.get("/operator?site=farm")
     await browser.fill("#q_name", "alice")
     await browser.fill("#q_cpu", "20h")
-    await browser.click("#save-quota")
+    await browser.submit("#save-quota")
     assert await browser.visible("#notice")
     assert await browser.text("#notice") == "Quota saved."
     await browser.screenshot("operator-quota-saved")
@@ -130,7 +141,7 @@ async def test_a_bad_value_shows_an_error_next_to_the_field(browser: Browser) ->
     await browser.get("/operator?site=farm")
     await browser.fill("#q_name", "alice")
     await browser.fill("#q_cpu", "lots")
-    await browser.click("#save-quota")
+    await browser.submit("#save-quota")
     assert await browser.visible("#error-q_cpu")
     assert "cannot read amount" in await browser.text("#error-q_cpu")
     assert await browser.visible("#failure")
@@ -145,7 +156,7 @@ async def test_a_bad_value_shows_an_error_next_to_the_field(browser: Browser) ->
     await browser.fill("#a_name", "nobody-here")
     await browser.fill("#a_cpu", "-1h")
     await browser.fill("#a_reason", "credit")
-    await browser.click("#save-adjust")
+    await browser.submit("#save-adjust")
     assert "does not exist" in await browser.text("#error-a_name")
 
 
@@ -155,6 +166,7 @@ async def test_operator_sees_runs_drift_and_escaped_details(browser: Browser) ->
     assert "sacctmgr -i add user alice" in await browser.text("#drift")
     assert "<b>nope</b>" in await browser.text("#drift")  # shown as text, not markup
     assert not await browser.find_all("#drift b")
+    assert "expired but still in slurm" in await browser.text("#audit")
     await browser.click("#runs details summary")
     assert await browser.visible("#runs table.commands")
     await browser.screenshot("operator-runs-open")
@@ -165,7 +177,7 @@ async def test_admin_creates_a_key_shown_once_and_grants_a_role(browser: Browser
     await browser.get("/admin")
     await browser.fill("#k_name", "puppet-dash")
     await browser.click("input[name=k_scope][value='puppet:read']")
-    await browser.click("#create-key")
+    await browser.submit("#create-key")
     assert await browser.visible("#secret-value")
     secret = await browser.text("#secret-value")
     assert secret.startswith("ck_")
@@ -176,11 +188,50 @@ async def test_admin_creates_a_key_shown_once_and_grants_a_role(browser: Browser
     assert await browser.visible("#key-puppet-dash")
     await browser.fill("#r_user", "carl")
     await browser.fill("#r_accounts", "proj")
-    await browser.click("#grant")
+    await browser.submit("#grant")
     assert await browser.text("#notice") == "Role granted."
     assert "proj" in await browser.text("#role-carl-manager")
     grants = await History.find({"op": "grant_role"}).to_list()
     assert grants[-1].author == "adam"
+    await browser.submit("#key-puppet-dash form[action$='/rotate'] button")
+    rotated = await browser.text("#secret-value")
+    assert rotated.startswith("ck_") and rotated != secret
+    await browser.get("/admin")
+    await browser.submit("#key-puppet-dash form[action$='/revoke'] button")
+    assert await browser.text("#notice") == "Key revoked."
+    assert not await browser.find_all("#key-puppet-dash")  # revoked keys are not listed
+
+
+async def test_operator_sets_defaults_factors_and_adjusts(browser: Browser) -> None:
+    from cheeto_like.models import GpuFactor, QuotaAdjustment, QuotaDefaults
+
+    await sign_in_as(browser, "operator")
+    await browser.get("/operator?site=farm")
+    await browser.fill("#d_user_cpu", "50h")
+    await browser.submit("#save-defaults")
+    assert await browser.text("#notice") == "Default quotas saved."
+    defaults = await QuotaDefaults.find_one({"site": "farm"})
+    assert defaults is not None and defaults.user_cpu_minutes == 3000.0
+    assert defaults.account_cpu_minutes == 60000.0  # empty: kept
+    await browser.fill("#f_type", "a100")
+    await browser.fill("#f_factor", "2.5")
+    await browser.submit("#save-factor")
+    assert await browser.text("#notice") == "GPU factor saved."
+    assert "2.5" in await browser.text("#form-factor")
+    assert (await GpuFactor.find_one({"site": "farm", "gpu_type": "a100"})) is not None
+    await browser.fill("#f_factor", "-1")
+    await browser.submit("#save-factor")
+    assert "between 0 and 1000" in await browser.text("#error-f_factor")
+    await browser.fill("#a_name", "bob")
+    await browser.fill("#a_cpu", "-2h")
+    await browser.fill("#a_reason", "node failure")
+    await browser.submit("#save-adjust")
+    assert await browser.text("#notice") == "Adjustment recorded."
+    adjustment = await QuotaAdjustment.find_one({"site": "farm", "user": "bob"})
+    assert adjustment is not None and adjustment.cpu_minutes == -120.0
+    rows = await History.find({"op": "adjust_usage"}).to_list()
+    assert rows[-1].author == "olga"
+    await browser.screenshot("operator-after-saves")
 
 
 async def test_logout_revokes_the_token(browser: Browser) -> None:
@@ -189,7 +240,7 @@ async def test_logout_revokes_the_token(browser: Browser) -> None:
     async with httpx.AsyncClient(base_url=browser.base) as http:
         ok = await http.get("/me", headers={"Cookie": f"cheeto_session={token}"})
         assert ok.status_code == 200
-        await browser.click("#logout")
+        await browser.submit("#logout")
         assert await browser.path() == "/login"
         assert await browser.cookie("cheeto_session") is None
         again = await http.get("/me", headers={"Cookie": f"cheeto_session={token}"})

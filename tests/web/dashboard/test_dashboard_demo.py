@@ -73,3 +73,23 @@ async def test_plain_http_to_a_remote_host_is_explained(demo_app) -> None:  # ty
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=demo_app),
                                  base_url="http://127.0.0.1:8000") as http:
         assert 'id="plain-http"' not in (await http.get("/login")).text
+
+
+async def test_under_a_prefix(demo_app, store, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    config = Config(mongo=MongoConfig(), api=ApiConfig(prefix="/cheeto",
+                                                        jwt_key_file=tmp_path / "jwt.key"))
+    app = create_api(config, store=store)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="https://demo") as http:
+        form = await http.get("/cheeto/login")
+        assert form.status_code == 200
+        assert 'href="/cheeto/dashboard-static/dashboard.css"' in form.text
+        assert 'action="/cheeto/login"' in form.text
+        assert (await http.get("/cheeto/dashboard-static/dashboard.css")).status_code == 200
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf is not None
+        r = await http.post("/cheeto/login", data={"csrf": csrf.group(1), "username": "bob",
+                                                   "password": DEMO_LOGINS["bob"]})
+        assert r.status_code == 303 and r.headers["location"] == "/cheeto/me"
+        assert "Path=/cheeto" in r.headers["set-cookie"]
+        assert (await http.get("/cheeto/me")).status_code == 200
