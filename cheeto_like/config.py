@@ -601,8 +601,8 @@ class ApiConfig(Block):
     # an export body is rebuilt when its site's data generation moves (an operation
     # touched the site) or after cache_seconds, in the background while the previous body
     # is served; concurrent first requests share one build. 0 disables (every request
-    # queries the store). A background task reads the generations every
-    # generation_poll_seconds and starts the rebuilds (0: every request reads them).
+    # queries the store). Generations are read in the background at most every
+    # generation_poll_seconds while requests come (0: every request reads them).
     cache_seconds: float = Field(default=30.0, ge=0, le=3600)
     generation_poll_seconds: float = Field(default=1.0, ge=0, le=60)
     # sign-in and machine keys (auth/): the HS256 signing key file is created 0600 on

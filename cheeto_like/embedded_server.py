@@ -117,6 +117,40 @@ def _malformed(msg: dict[str, Any]) -> str | None:
     return None
 
 
+def _numeric_path(update: Any) -> str | None:
+    """The first update path with an array-index part (``items.3``), if any."""
+    if not isinstance(update, dict):
+        return None  # a pipeline update: nothing of ours sends one
+    for operator, fields in update.items():
+        if operator.startswith("$") and isinstance(fields, dict):
+            for path in fields:
+                if any(part.isdigit() for part in str(path).split(".")):
+                    return str(path)
+    return None
+
+
+def _unsupported(msg: dict[str, Any]) -> str | None:
+    """Why an update is refused although it is valid MongoDB (None: fine).
+
+    nx-27017 answers ``{"$set": {"items.3": …}}`` (an array element by index) with
+    success and changes nothing. A write that silently does not happen is worse than an
+    error, so such updates fail loudly here; use a whole-field ``$set`` or
+    ``array_filters`` (tests/test_store_conformance.py covers those)."""
+    updates: list[Any] = []
+    for kind, doc in msg["sections"]:
+        if kind == "body" and isinstance(doc, dict):
+            updates += [u.get("u") for u in doc.get("updates") or [] if isinstance(u, dict)]
+            if "findAndModify" in doc or "findandmodify" in doc:
+                updates.append(doc.get("update"))
+        elif kind == "payload" and isinstance(doc, dict):
+            updates += [u.get("u") for u in doc.get("updates") or [] if isinstance(u, dict)]
+    for update in updates:
+        if (path := _numeric_path(update)) is not None:
+            return (f"the embedded store cannot update an array element by index "
+                    f"({path!r}); set the whole field instead")
+    return None
+
+
 def _lsid(cmd: dict[str, Any]) -> str | None:
     from nx_27017.wire_protocol import _extract_session_id
 
@@ -371,6 +405,8 @@ class StoreServer:
                 msg = OP_MSG.parse(message)
                 msg["_conn_id"] = conn.id
                 if (problem := _malformed(msg)) is not None:
+                    doc = _error(problem, 2, "BadValue")
+                elif (problem := _unsupported(msg)) is not None:
                     doc = _error(problem, 2, "BadValue")
                 else:
                     doc = await self.handle_op_msg(conn, msg)

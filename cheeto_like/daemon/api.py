@@ -185,9 +185,9 @@ class ExportCache:
     Every entry remembers the site's data generation (``queries.generations``) it was
     built from. The write path bumps a site's generation in the same transaction as the
     change, so a body is current exactly while its generation is. The generations are
-    read by one small query every ``poll`` seconds in a background task, which also
-    starts the rebuilds a moved generation calls for: a write shows in the bodies about
-    ``poll`` plus one rebuild later, whether or not clients are asking meanwhile.
+    read by one small query, in the background, at most every ``poll`` seconds while
+    requests come; the read starts the rebuilds a moved generation calls for, so a
+    write shows in the bodies about ``poll`` plus one rebuild after it.
 
     - current (same generation, younger than ``ttl``): served;
     - outdated (a newer generation, or older than ``ttl``: exports also change with the
@@ -220,23 +220,23 @@ class ExportCache:
         self._sites: dict[str, tuple[float, str | None]] = {}
 
     async def generations(self) -> dict[str, int]:
-        """The data generations. With ``poll > 0`` a background task re-reads them every
-        ``poll`` seconds and starts the rebuilds they call for, while requests go on with
-        the last answer: a read of the store can wait behind a write's transaction (the
-        embedded store runs one at a time), and no request should; a change then reaches
-        the cache even when no client asks. Only the very first read is awaited. With
+        """The data generations as last read. A request that finds that read older than
+        ``poll`` seconds starts ONE background read, which also starts the rebuilds it
+        calls for, and goes on with the last answer: a read of the store can wait behind
+        a write's transaction (the embedded store runs one at a time), and no request
+        should. No task outlives the traffic (an app dropped without its lifespan, as in
+        tests, leaves nothing polling). Only the very first read is awaited. With
         ``poll <= 0`` every request reads them (tests)."""
         if self._read_generations is None:  # time-based only (no store behind it)
             return {}
         if self.poll <= 0 or self._generations is None:
-            found = await self.refresh_generations()
-        else:
-            found = self._generations
-        if self.poll > 0 and (self._polling is None or self._polling.done()):
+            return await self.refresh_generations()
+        if (time.monotonic() - self._generations_at >= self.poll
+                and (self._polling is None or self._polling.done())):
             self._polling = asyncio.create_task(self._poll_generations())
             self._refreshing.add(self._polling)
             self._polling.add_done_callback(self._refreshing.discard)
-        return found
+        return self._generations
 
     async def refresh_generations(self) -> dict[str, int]:
         """Read the generations now (single-flight: concurrent callers share one read)."""
@@ -261,18 +261,17 @@ class ExportCache:
         return found
 
     async def _poll_generations(self) -> None:
-        """Every ``poll`` seconds: read the generations, rebuild what they outdated."""
-        while True:
-            await asyncio.sleep(self.poll)
-            try:
-                found = await self.refresh_generations()
-            except Exception as exc:  # keep serving by the last answer; retry next time
-                log.warning("reading the data generations failed: %s", exc)
-                continue
-            for key, (built_from, _, _) in list(self._entries.items()):
-                generation = site_generation(found, key[1])
-                if built_from != generation and key in self._builders:
-                    self._rebuild(key, self._builders[key], generation)
+        """One background read of the generations; rebuild what they outdated."""
+        try:
+            found = await self.refresh_generations()
+        except Exception as exc:  # keep serving by the last answer; retry after ``poll``
+            self._generations_at = time.monotonic()
+            log.warning("reading the data generations failed: %s", exc)
+            return
+        for key, (built_from, _, _) in list(self._entries.items()):
+            generation = site_generation(found, key[1])
+            if built_from != generation and key in self._builders:
+                self._rebuild(key, self._builders[key], generation)
 
     async def site(self, value: str,
                    resolve: Callable[[str], Awaitable[str | None]]) -> str | None:
@@ -358,6 +357,7 @@ class ExportCache:
 
     def clear(self) -> None:
         self._entries.clear()
+        self._builders.clear()
         self._sites.clear()
         self._generations = None
 

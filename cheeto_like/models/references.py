@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from beanie import Document
 
+from .audit import AuditRun
 from .auth import RevokedToken, RoleGrant
 from .group import GroupMembership
 from .hippo import HippoEvent
@@ -45,6 +46,7 @@ USER_REFERENCES: tuple[Reference, ...] = (
     Reference(HippoEvent, "target_user"),
     Reference(History, "author"),
     Reference(SyncRun, "author"),
+    Reference(AuditRun, "author"),
     Reference(UsageRecord, "user"),
     Reference(Quota, "user"),
     Reference(QuotaAdjustment, "user"),

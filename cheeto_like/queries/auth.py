@@ -18,7 +18,9 @@ async def list_roles(user: str | None = None, session: Session = None) -> list[d
     grants = await RoleGrant.find(where, session=session).to_list()
     rows = [{"user": g.user, "role": g.role, "accounts": list(g.accounts), "via": "grant"}
             for g in grants]
-    edges = await GroupMembership.find({"roles": "sponsor"} if user is None else {"user": user},
+    # ``$in``, not equality: the embedded store can miss equality on an array field
+    edges = await GroupMembership.find({"roles": {"$in": ["sponsor"]}} if user is None
+                                       else {"user": user},
                                        session=session).to_list()
     sponsored: dict[str, set[str]] = {}
     for edge in edges:

@@ -59,7 +59,9 @@ async def root_key_blocks(site: str | None = None) -> list[RootKeyBlock]:
     keys: dict[str, list[str]] = {}
     if holders:
         found = await columns(SshKey, {"user": {"$in": holders}}, "user", "key", "created_at")
-        for key in sorted(found, key=lambda k: k["created_at"]):  # stable: ties keep order
+        # oldest first, as the store sorts (a missing time first); stable for ties
+        for key in sorted(found, key=lambda k: (k["created_at"] is not None,
+                                                k["created_at"] or 0)):
             keys.setdefault(key["user"], []).append(
                 authorized_keys_entry(key["user"], key["key"]))
     return [RootKeyBlock(name, admins[name]["email"], tuple(keys[name]))

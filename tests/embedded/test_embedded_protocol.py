@@ -253,11 +253,13 @@ async def test_a_file_restored_while_the_server_was_down_is_adopted_at_start(
     server = EmbeddedServer(config.embedded)
     assert server.stop()
     db_file = data / "kept.db"
-    copy = data / "kept.db.copy"
-    copy.write_bytes(db_file.read_bytes())
-    for suffix in ("-wal", "-shm"):
-        Path(f"{db_file}{suffix}").unlink(missing_ok=True)
-    os.replace(copy, db_file)
+    # the WAL goes along (a stop under load may leave the last commit only there), each
+    # file copied to a new inode as a restore from backup does
+    for name in (db_file, Path(f"{db_file}-wal"), Path(f"{db_file}-shm")):
+        if name.exists():
+            copy = name.with_name(name.name + ".copy")
+            copy.write_bytes(name.read_bytes())
+            os.replace(copy, name)
     server.start_background()
     try:
         store = await connect(config, autostart=False, create_indexes=False)
@@ -467,3 +469,23 @@ def test_scram_logs_in_and_a_wrong_token_does_not(tcp_server: EmbeddedServer) ->
             pytest.raises(OperationFailure) as failed:
         client.reach.c.find_one()
     assert failed.value.code == 18
+
+
+def test_an_update_of_an_array_element_by_index_fails_instead_of_doing_nothing(
+        tcp_server: EmbeddedServer) -> None:
+    """nx-27017 acknowledges ``$set: {"items.1": …}`` and changes nothing; the server
+    refuses it (update, bulk update and findAndModify alike) so no write vanishes."""
+    from pymongo import UpdateOne
+    from pymongo.errors import BulkWriteError, OperationFailure
+
+    with owner_client(tcp_server) as client:
+        coll = client["t"]["docs"]
+        coll.insert_one({"_id": "a", "items": [{"x": 1}, {"x": 2}]})
+        with pytest.raises(OperationFailure, match="array element by index"):
+            coll.update_one({"_id": "a"}, {"$set": {"items.1": {"x": 20}}})
+        with pytest.raises(OperationFailure, match="array element by index"):
+            coll.find_one_and_update({"_id": "a"}, {"$inc": {"items.0.x": 1}})
+        with pytest.raises((BulkWriteError, OperationFailure)):
+            coll.bulk_write([UpdateOne({"_id": "a"}, {"$set": {"items.0": {}}})])
+        coll.update_one({"_id": "a"}, {"$set": {"items": [{"x": 1}, {"x": 20}]}})
+        assert coll.find_one({"_id": "a"}) == {"_id": "a", "items": [{"x": 1}, {"x": 20}]}

@@ -117,3 +117,17 @@ async def test_audit_findings(people):  # type: ignore[no-untyped-def]
     found = {(f.name, f.problem) for f in await audit_api_keys(rotation_days=90,
                                                                unused_days=30)}
     assert ("never", "never_used") in found
+
+
+async def test_every_sponsor_is_listed_as_an_implicit_manager(db):  # type: ignore[no-untyped-def]
+    """The site-wide listing finds sponsors by their role (an array field: a plain
+    equality there can match nothing on the embedded store)."""
+    from cheeto_like.operations.group import CreateGroupFromSponsor
+    from tests.factories import make_site
+
+    await make_site(db, "farm")
+    await make_user(db, "pat", uid=12345, site="farm")
+    await CreateGroupFromSponsor.run(db, AUTHOR, sponsor="pat", site="farm")
+    rows = await list_roles()
+    assert [r for r in rows if r["via"] == "sponsor"] == [
+        {"user": "pat", "role": "manager", "accounts": ["patgrp"], "via": "sponsor"}]
