@@ -10,19 +10,16 @@ import base64
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from datetime import UTC
 from pathlib import PurePosixPath
 from typing import Any
 
 import pytest
-from beanie import init_beanie
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pymongo import AsyncMongoClient, monitoring
+from pymongo import monitoring
 
 from cheeto_like.config import MongoConfig
-from cheeto_like.embedded import EmbeddedServer
-from cheeto_like.models import ALL_MODELS, SshKey, User, UserSiteInfo
+from cheeto_like.models import SshKey, User, UserSiteInfo
 from cheeto_like.models.storage import join_path
 from cheeto_like.operations.user import AddUserAccess, AddUserSshKey, RemoveUserAccess
 from cheeto_like.queries.exports import root_key_blocks, storage_export, sympa_emails
@@ -31,6 +28,7 @@ from cheeto_like.queries.user import effective_access
 from cheeto_like.store import Store
 
 from ..factories import AUTHOR, make_site, make_user
+from .test_query_count import listening
 
 READ_COMMANDS = {"find", "aggregate", "count", "distinct", "getMore"}
 
@@ -75,17 +73,8 @@ class Reads(monitoring.CommandListener):
 
 @asynccontextmanager
 async def reading(store: Store, config: MongoConfig) -> AsyncIterator[Reads]:
-    reads = Reads()
-    uri = config.uri or EmbeddedServer(config.embedded).uri
-    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
-        uri, tz_aware=True, tzinfo=UTC, event_listeners=[reads])
-    try:
-        await init_beanie(database=client[store.database.name],
-                          document_models=list(ALL_MODELS), skip_indexes=True)
+    async with listening(store, config, Reads()) as reads:
         yield reads
-    finally:
-        await store.bind(create_indexes=False)
-        await client.close()
 
 
 async def reads_of(store: Store, config: MongoConfig,

@@ -52,18 +52,26 @@ class CommandCounter(monitoring.CommandListener):
 
 
 @asynccontextmanager
-async def counting(store: Store, config: MongoConfig) -> AsyncIterator[CommandCounter]:
-    counter = CommandCounter()
+async def listening[L: monitoring.CommandListener](store: Store, config: MongoConfig,
+                                                   listener: L) -> AsyncIterator[L]:
+    """Bind the models to a second client that reports its commands to ``listener``,
+    then back to the module's store (other modules' read and write counters use this)."""
     uri = config.uri or EmbeddedServer(config.embedded).uri
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
-        uri, tz_aware=True, tzinfo=UTC, event_listeners=[counter])
+        uri, tz_aware=True, tzinfo=UTC, event_listeners=[listener])
     try:
         await init_beanie(database=client[store.database.name],
                           document_models=list(ALL_MODELS), skip_indexes=True)
-        yield counter
+        yield listener
     finally:
         await store.bind(create_indexes=False)
         await client.close()
+
+
+@asynccontextmanager
+async def counting(store: Store, config: MongoConfig) -> AsyncIterator[CommandCounter]:
+    async with listening(store, config, CommandCounter()) as counter:
+        yield counter
 
 
 async def command_count(store: Store, config: MongoConfig,

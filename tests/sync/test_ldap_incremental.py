@@ -10,17 +10,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC
 from typing import Any
 
 import pytest
-from beanie import init_beanie
-from pymongo import AsyncMongoClient, monitoring
+from pymongo import monitoring
 
 from cheeto_like.adapters.ldap import Directory
 from cheeto_like.config import MongoConfig
-from cheeto_like.embedded import EmbeddedServer
-from cheeto_like.models import ALL_MODELS, GroupMembership, Storage, User, UserSiteInfo
+from cheeto_like.models import GroupMembership, Storage, User, UserSiteInfo
 from cheeto_like.operations.group_membership import AddGroupMember, RemoveGroupMember
 from cheeto_like.operations.user import AddUserAccess, SetUserShell
 from cheeto_like.operations.user_site import RemoveSiteUser
@@ -28,6 +25,7 @@ from cheeto_like.store import Store
 from cheeto_like.sync import ldap as sync
 from cheeto_like.sync.ldap_mark import read_mark
 from tests.factories import AUTHOR, make_group, make_user
+from tests.queries.test_query_count import listening
 from tests.services.fixtures import slapd  # noqa: F401
 from tests.services.ldap import Slapd
 from tests.sync.test_ldap_sync import Lab, populate
@@ -64,17 +62,8 @@ class Recorder(monitoring.CommandListener):
 async def recording(store: Store, config: MongoConfig) -> AsyncIterator[Recorder]:
     """Bind the models to a second client that records its commands (as
     tests/queries/test_query_count.py does), then back to the module's store."""
-    recorder = Recorder()
-    uri = config.uri or EmbeddedServer(config.embedded).uri
-    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
-        uri, tz_aware=True, tzinfo=UTC, event_listeners=[recorder])
-    try:
-        await init_beanie(database=client[store.database.name],
-                          document_models=list(ALL_MODELS), skip_indexes=True)
+    async with listening(store, config, Recorder()) as recorder:
         yield recorder
-    finally:
-        await store.bind(create_indexes=False)
-        await client.close()
 
 
 class CountingDirectory(Directory):
