@@ -11,7 +11,7 @@ import json
 import httpx
 import pytest
 
-from cheeto_like.models import AuditRun, History, Quota, RevokedToken, SyncRun
+from cheeto_like.models import AuditRun, History, Quota, RevokedToken, RoleGrant, SyncRun
 from cheeto_like.models.sync import SyncItem
 from tests.web.dashboard.conftest import LDAP_PASSWORDS, ROLE_LOGINS, Browser
 
@@ -193,6 +193,16 @@ async def test_admin_creates_a_key_shown_once_and_grants_a_role(browser: Browser
     assert "proj" in await browser.text("#role-carl-manager")
     grants = await History.find({"op": "grant_role"}).to_list()
     assert grants[-1].author == "adam"
+    await browser.fill("#r_user", "carl")
+    await browser.fill("#r_accounts", "lab")
+    await browser.submit("#grant")
+    assert await browser.visible("#drop-carl-lab")
+    await browser.submit("#drop-carl-proj")  # one account taken away, the grant stays
+    assert await browser.text("#notice") == "Role revoked."
+    row = await browser.text("#role-carl-manager")
+    assert "lab" in row and "proj" not in row
+    grant = await RoleGrant.find_one({"user": "carl", "role": "manager"})
+    assert grant is not None and grant.accounts == ["lab"]
     await browser.submit("#key-puppet-dash form[action$='/rotate'] button")
     rotated = await browser.text("#secret-value")
     assert rotated.startswith("ck_") and rotated != secret
