@@ -422,6 +422,10 @@ class LDAPSyncTask(SiteTaskBlock):
     """``cheeto.ldap_sync``: a whole-site LDAP sync (the ``ldap:`` section says where)."""
 
     full: bool = False  # check every record, not only those changed since the last run
+    # with ``full: false``: run a full check when the last full one at the site is older
+    # than this (incremental runs skip hand-made drift in LDAP; this bounds how long it
+    # can last without a second schedule). null: never
+    full_every_hours: float | None = Field(default=24.0, gt=0)
     prune: bool = True  # also delete entries the store no longer has
     force: bool = False  # rewrite entries even when they match
     max_deletions: int | None = Field(default=50, ge=0)  # null: no cap

@@ -226,7 +226,9 @@ async def _ldap(store: Store, config: Config, block: LDAPSyncTask, site: str,
     if config.ldap is None:
         raise ConfigError(f"ldap_sync needs the ldap section (profile {config.profile!r})")
     kinds = frozenset({*KINDS, *(("prune",) if block.prune else ())})
-    scope = ldap_sync.scope_for(config.ldap, kinds=kinds, full=block.full, force=block.force)
+    full = block.full or (block.full_every_hours is not None and await ldap_sync.full_check_due(
+        site, timedelta(hours=block.full_every_hours)))
+    scope = ldap_sync.scope_for(config.ldap, kinds=kinds, full=full, force=block.force)
     report = await ldap_sync.run(store, config.ldap, site, scope=scope, dry_run=False,
                                  max_deletions=block.max_deletions,
                                  concurrency=block.concurrency, author=author,
@@ -236,7 +238,7 @@ async def _ldap(store: Store, config: Config, block: LDAPSyncTask, site: str,
         raise SyncFailed(f"ldap_sync {site}: {len(report.failed)} LDAP write(s) failed, "
                          f"{len(report.skipped)} skipped (SyncRun {report.run_id}; first: "
                          f"{first.command}: {first.detail})")
-    return {"run_id": report.run_id, "writes": report.plan.writes,
+    return {"run_id": report.run_id, "full": full, "writes": report.plan.writes,
             "deletions": len(report.plan.deletions),
             "removals": len(report.plan.removals), "counts": report.plan.counts,
             "watermarked": report.watermarked, "redirtied": report.redirtied,

@@ -88,6 +88,22 @@ from .report import ItemOutcomes
 from .runs import RunJournal, check_budget, close_stale_runs
 
 TARGET = "ldap"
+
+
+async def full_check_due(site: str, every: timedelta) -> bool:
+    """No applied, successful full run at ``site`` within ``every``: the daemon's
+    incremental runs never list the directory, so this is what bounds hand-made drift.
+    One range read over recent runs (the pattern of ``runs.removed_recently``)."""
+    since = utcnow() - every
+    async for doc in SyncRun.get_pymongo_collection().find(
+            {"started_at": {"$gte": since}}, {"target": 1, "site": 1, "status": 1,
+                                              "apply": 1, "extra.full": 1}):
+        # the embedded store answers a dotted projection with a flat "extra.full" key
+        full = doc.get("extra.full", (doc.get("extra") or {}).get("full"))
+        if doc.get("target") == TARGET and doc.get("site") == site and doc.get("apply") \
+                and doc.get("status") == "ok" and full:
+            return False
+    return True
 MAX_STORED_OK_ITEMS = 1000  # a full sync of a large site would not fit one document
 # ids per watermark update (one request each; the store's cost is per updated document)
 WATERMARK_CHUNK = 2000

@@ -401,6 +401,25 @@ async def test_drift_made_by_hand_is_repaired(lab: Lab):
     assert (await lab.sync(full=True)).plan.is_empty
 
 
+async def test_a_full_check_is_due_when_the_last_full_run_is_older_than_the_interval(lab: Lab):
+    """The daemon's ``ldap_sync`` runs a full check when none succeeded at the site
+    within ``full_every_hours`` (default 24): what bounds hand-made drift in LDAP."""
+    from datetime import timedelta
+
+    day = timedelta(hours=24)
+    await populate(lab)
+    assert await sync.full_check_due(lab.site, day)  # never ran
+    await lab.sync()  # the first run lists everything, but was not asked to be full
+    assert await sync.full_check_due(lab.site, day)
+    await lab.sync(full=True, dry_run=True)  # a dry run repairs nothing: it does not count
+    assert await sync.full_check_due(lab.site, day)
+    await lab.sync(full=True)
+    assert not await sync.full_check_due(lab.site, day)
+    assert await sync.full_check_due("elsewhere", day)  # another site: still due
+    await asyncio.sleep(2.1)  # whole seconds: sub-second ranges are unreliable (embedded)
+    assert await sync.full_check_due(lab.site, timedelta(seconds=1))  # too old now
+
+
 async def test_a_mid_run_edit_stays_dirty(lab: Lab):
     n = await populate(lab)
     desired = await desired_state(lab.site, lab.config)  # the run reads the store ...
