@@ -7,18 +7,19 @@ Each account is checked with ``rules.can(GROUP_READ)``, as ``/api/v1/groups/{nam
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import APIRouter
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 
 from ...auth import rules
 from ...models import User
 from ...models.fields import utcnow
 from .charts import quota_bar
 from .guard import page
-from .render import may_see_accounts, render
-from .session import Refused, require_session
+from .render import base_path, may_see_accounts, render
+from .session import Refused, Session, check_csrf, first, read_form, require_session
 
 
 async def site_names() -> list[str]:
@@ -77,29 +78,100 @@ async def pending_for(request: Request, accounts: list[str]) -> list[Any]:
     return [r for r in rows if r.group is not None and r.group in wanted]
 
 
+async def show_accounts(request: Request, session: Session, site: str | None,
+                        account: str | None, *, status: int = 200, notice: str = "",
+                        failure: str = "", errors: dict[str, str] | None = None) -> Response:
+    who = session.who
+    if not may_see_accounts(who):
+        raise Refused("this page is for sponsors, managers and operators")
+    if account:
+        if len(account) > 64 or not rules.can(who, rules.GROUP_READ,
+                                             rules.Target(account=account)):
+            raise Refused(f"you may not see account {account!r}")
+        accounts = [account]
+    else:
+        accounts = sorted(who.managed)
+    sites = await site_names()
+    chosen = choose(sites, site)
+    for name in accounts:  # the same check as the API's, per account shown
+        if not rules.can(who, rules.GROUP_READ, rules.Target(account=name)):
+            raise Refused(f"you may not see account {name!r}")
+    views = await account_views(chosen, accounts) if chosen else []
+    pending = await pending_for(request, accounts) if accounts else []
+    return render(request, "accounts.html", session, status=status, page="accounts",
+                  sites=sites, site=chosen, views=views, pending=pending,
+                  account=account or "", can_pick=rules.can(who, rules.GROUP_LIST),
+                  notice=notice, failure=failure, errors=errors or {})
+
+
+DECIDED = {"approve": "Request approved.", "deny": "Request denied."}
+
+
+async def decide(request: Request, action: str) -> Response:
+    """Approve or deny from the pending list: the API's check (``REQUEST_DECIDE`` on the
+    request's group and people), then the operation's own (which step this person may
+    approve), with the signed-in person as the author and the notifier told."""
+    from ...errors import CheetoError
+    from ...operations.request import approve_request, deny_request
+    from ...queries.request import get_request
+    from ..api_requests import _notifier, request_target
+
+    session = await require_session(request)
+    fields = await read_form(request)
+    check_csrf(fields, session.csrf)
+    if not may_see_accounts(session.who):  # the page's own gate, before anything is read
+        raise Refused("deciding requests is for sponsors, managers and operators")
+    site = first(fields, "site") or None
+    if len(site or "") > 64:
+        site = None
+    text = first(fields, "q_number")
+    if not text.isdigit() or not 0 < int(text) < 2**31:
+        return await show_accounts(request, session, site, None, status=422,
+                                   failure="not a request number")
+    number = int(text)
+    reason = first(fields, "q_reason").strip()
+    if action == "deny" and not reason:
+        return await show_accounts(request, session, site, None, status=422,
+                                   errors={f"q_reason-{number}": "a reason is required"})
+    if len(reason) > 2000:
+        return await show_accounts(request, session, site, None, status=422,
+                                   errors={f"q_reason-{number}": "at most 2000 characters"})
+    who = session.who
+    config = request.app.state.auth.config
+    try:
+        found = await get_request(number)
+        if not rules.can(who, rules.REQUEST_DECIDE,
+                         request_target(found.requester, found.user, found.group)):
+            raise Refused(f"you may not decide request {number}")
+        if action == "approve":
+            await approve_request(request.app.state.store, who.author, config, number,
+                                  notifier=_notifier(request, who))
+        else:
+            await deny_request(request.app.state.store, who.author, config, number,
+                               reason=reason or "", notifier=_notifier(request, who))
+    except CheetoError as exc:
+        return await show_accounts(request, session, site, None, status=exc.http_status,
+                                   failure=f"request {number}: {exc.message}")
+    query = f"?site={quote(site)}&done={action}" if site else f"?done={action}"
+    return RedirectResponse(f"{base_path(request)}/accounts{query}", status_code=303,
+                            headers={"Cache-Control": "no-store"})
+
+
 def add_routes(router: APIRouter) -> None:
     @router.get("/accounts")
     @page
     async def accounts_page(request: Request, site: str | None = None,
-                            account: str | None = None) -> Response:
+                            account: str | None = None, done: str | None = None) -> Response:
         session = await require_session(request)
-        who = session.who
-        if not may_see_accounts(who):
-            raise Refused("this page is for sponsors, managers and operators")
-        if account:
-            if len(account) > 64 or not rules.can(who, rules.GROUP_READ,
-                                                 rules.Target(account=account)):
-                raise Refused(f"you may not see account {account!r}")
-            accounts = [account]
-        else:
-            accounts = sorted(who.managed)
-        sites = await site_names()
-        chosen = choose(sites, site)
-        for name in accounts:  # the same check as the API's, per account shown
-            if not rules.can(who, rules.GROUP_READ, rules.Target(account=name)):
-                raise Refused(f"you may not see account {name!r}")
-        views = await account_views(chosen, accounts) if chosen else []
-        pending = await pending_for(request, accounts) if accounts else []
-        return render(request, "accounts.html", session, page="accounts", sites=sites,
-                      site=chosen, views=views, pending=pending, account=account or "",
-                      can_pick=rules.can(who, rules.GROUP_LIST))
+        return await show_accounts(request, session, site, account,
+                                   notice=DECIDED.get(done or "", ""))
+
+    for action in ("approve", "deny"):
+        def make(action: str = action) -> Any:
+            @page
+            async def handler(request: Request) -> Response:
+                return await decide(request, action)
+            return handler
+
+        router.add_api_route(f"/accounts/requests/{action}", make(), methods=["POST"],
+                             name=f"dashboard-request-{action}")

@@ -43,6 +43,8 @@ ROWS: list[tuple[str, str, dict[str, int]]] = [
     ("POST", "/logout", page(303, 303, 303, 303)),
     ("GET", "/me", EVERYONE),
     ("GET", "/accounts", MANAGERS),
+    ("POST", "/accounts/requests/approve", page(403, 422, 422, 422)),
+    ("POST", "/accounts/requests/deny", page(403, 422, 422, 422)),
     ("GET", "/operator", OPERATORS),
     ("GET", "/operator/runs", OPERATORS),
     ("POST", "/operator/quota", OPERATOR_FORMS),

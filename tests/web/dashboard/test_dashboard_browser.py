@@ -274,3 +274,27 @@ async def test_forms_need_the_csrf_token(browser: Browser) -> None:
         assert r.status_code == 403 and "did not come from this site" in r.text
         r = await http.post("/login", data={"username": "alice", "password": "x"})
         assert r.status_code == 403  # no login CSRF cookie
+
+
+async def test_a_manager_denies_without_a_reason_then_approves_a_request(
+        browser: Browser) -> None:
+    """From the pending list: a deny needs a reason (shown next to its field, nothing
+    written); approving the last step carries the request out, as mona."""
+    from cheeto_like.models import Request as RequestDoc
+
+    await sign_in_as(browser, "manager")
+    await browser.get("/accounts?site=farm")
+    found = await RequestDoc.find_one({"group": "lab", "status": "pending"})
+    assert found is not None
+    number = found.number
+    await browser.submit(f"#deny-{number}")
+    assert "a reason is required" in await browser.text(f"#error-q_reason-{number}")
+    assert (await RequestDoc.find_one({"number": number})).status == "pending"
+    await browser.submit(f"#approve-{number}")
+    assert await browser.text("#notice") == "Request approved."
+    done = await RequestDoc.find_one({"number": number})
+    assert done is not None and done.status == "done"
+    rows = await History.find({"op": "approve_request"}).to_list()
+    assert rows[-1].author == "mona"
+    assert not await browser.find_all(f"#request-{number}")
+    await browser.screenshot("manager-approved")
