@@ -165,13 +165,27 @@ class Browser:
     async def submit(self, css: str) -> None:
         """Click a submit button and wait until the next page has replaced this one (a
         click returns before a form's navigation is guaranteed to be done)."""
-        from selenium.webdriver.support import expected_conditions
+        from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
         from selenium.webdriver.support.wait import WebDriverWait
+
+        def gone(page: Any) -> bool:
+            """The old page's root is detached. Mid-navigation chromedriver can report that
+            as "Node with given id does not belong to the document" (an unknown error)
+            instead of a stale reference: the same fact."""
+            try:
+                page.is_enabled()
+            except StaleElementReferenceException:
+                return True
+            except WebDriverException as exc:
+                if "does not belong to the document" in str(exc):
+                    return True
+                raise
+            return False
 
         def go() -> None:
             page = self.driver.find_element("css selector", "html")
             self.driver.find_element("css selector", css).click()
-            WebDriverWait(self.driver, 30).until(expected_conditions.staleness_of(page))
+            WebDriverWait(self.driver, 30).until(lambda _: gone(page))
             WebDriverWait(self.driver, 30).until(
                 lambda d: d.execute_script("return document.readyState") == "complete")
         await self.run(go)
