@@ -5,7 +5,8 @@
 # the headers to build the `bonsai` LDAP client from its sdist, RabbitMQ and git, plus
 # ssh-keygen and openssl (the container entrypoint and API TLS tests make keys), zsh
 # (the completion tests run the zsh script in a real zsh), and Chromium with its
-# chromedriver (the dashboard's browser tests drive them; nothing downloads a browser).
+# chromedriver (the dashboard's browser tests drive them; nothing downloads a browser),
+# and wrk (bench/api.py's load generator; it falls back to httpx without it).
 #
 # Only what is missing is installed, so a second run is quick and prints one summary line.
 # Presence is judged by a binary or header that each package provides, not by dpkg state,
@@ -34,11 +35,12 @@ declare -A PROBE=(
   [zsh]=cmd:zsh
   [chromium]=cmd:chromium
   [chromium-driver]=cmd:chromedriver
+  [wrk]=cmd:wrk
 )
 # Install order is fixed so the apt command line is stable and readable.
 ORDER=(slurmdbd slurmctld slurmd slurm-client munge mariadb-server mariadb-client slapd ldap-utils
        libldap-dev libsasl2-dev gcc rabbitmq-server git openssh-client openssl zsh
-       chromium chromium-driver)
+       chromium chromium-driver wrk)
 
 present() {  # $1: probe spec "cmd:NAME" or "file:PATH"
   local kind=${1%%:*} what=${1#*:}

@@ -82,6 +82,25 @@ def tcp_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
         server.stop()
 
 
+def in_process_server(tmp_path: Path) -> tuple[Any, Any]:
+    """nx-27017's handler and our ``StoreServer`` around it, driven without a socket (the
+    tests call ``handle_op_msg`` and ``connection_closed`` themselves)."""
+    from nx_27017.handler import NeoSQLiteHandler
+
+    from cheeto_like.embedded_server import StoreServer
+
+    data = tmp_path / "s"
+    data.mkdir()
+    handler = NeoSQLiteHandler(str(data), data_dir=str(data), journal_mode="WAL")
+    return handler, StoreServer(handler, data_dir=data, instance_id="x", transport="unix",
+                                token=None, lock_timeout=5)
+
+
+def command(body: dict[str, Any]) -> dict[str, Any]:
+    """An OP_MSG as ``StoreServer.handle_op_msg`` takes it."""
+    return {"request_id": 1, "sections": [("body", body)], "_conn_id": "c"}
+
+
 def owner_client(server: EmbeddedServer) -> MongoClient[dict[str, Any]]:
     return MongoClient(server.uri, **server.client_options())
 
@@ -143,20 +162,11 @@ async def test_a_command_that_loses_the_race_with_a_rollback_does_not_run(
     first closes and its transaction is rolled back while a command of that transaction,
     already past the owner check on the second, waits for the database. That command
     must fail, not run in autocommit mode (half a transaction, durable)."""
-    from nx_27017.handler import NeoSQLiteHandler
+    from cheeto_like.embedded_server import Connection
 
-    from cheeto_like.embedded_server import Connection, StoreServer
-
-    data = tmp_path / "s"
-    data.mkdir()
-    handler = NeoSQLiteHandler(str(data), data_dir=str(data), journal_mode="WAL")
-    server = StoreServer(handler, data_dir=data, instance_id="x", transport="unix",
-                         token=None, lock_timeout=5)
+    handler, server = in_process_server(tmp_path)
     a, b = Connection(True), Connection(True)
     lsid = {"id": bson.Binary(os.urandom(16), 4)}
-
-    def command(body: dict[str, Any]) -> dict[str, Any]:
-        return {"request_id": 1, "sections": [("body", body)], "_conn_id": "c"}
 
     txn = {"lsid": lsid, "txnNumber": 1, "autocommit": False, "$db": "t"}
     await server.handle_op_msg(a, command({"find": "c", "filter": {}, "lsid": lsid,
@@ -276,20 +286,11 @@ async def test_closing_a_connection_that_only_saw_the_session_earlier_keeps_the_
     session before its transaction began, and closes while the transaction runs on
     another connection (a cancelled task, a pruned idle connection), must not roll back
     a healthy transaction."""
-    from nx_27017.handler import NeoSQLiteHandler
+    from cheeto_like.embedded_server import Connection
 
-    from cheeto_like.embedded_server import Connection, StoreServer
-
-    data = tmp_path / "s"
-    data.mkdir()
-    handler = NeoSQLiteHandler(str(data), data_dir=str(data), journal_mode="WAL")
-    server = StoreServer(handler, data_dir=data, instance_id="x", transport="unix",
-                         token=None, lock_timeout=5)
+    handler, server = in_process_server(tmp_path)
     a, b = Connection(True), Connection(True)
     lsid = {"id": bson.Binary(os.urandom(16), 4)}
-
-    def command(body: dict[str, Any]) -> dict[str, Any]:
-        return {"request_id": 1, "sections": [("body", body)], "_conn_id": "c"}
 
     txn = {"lsid": lsid, "txnNumber": 1, "autocommit": False, "$db": "t"}
     await server.handle_op_msg(a, command({"find": "c", "filter": {}, "lsid": lsid,
