@@ -6,6 +6,7 @@ measure a reader or a reconciler, not the write path (bench/ops.py measures that
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from typing import Any
@@ -18,6 +19,17 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def throwaway_server(config: Any) -> Any:
+    """An ``EmbeddedServer`` that stops when this bench process ends, even killed
+    (``exit_with``); a baseline tree from before that option gets a plain one."""
+    from cheeto_like.embedded import EmbeddedServer
+
+    try:
+        return EmbeddedServer(config, exit_with=os.getpid())
+    except TypeError:
+        return EmbeddedServer(config)
 
 
 def progress(message: str) -> None:

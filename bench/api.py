@@ -39,14 +39,13 @@ import httpx
 sys.path.insert(0, os.environ.get("CHEETO_BENCH_TREE")
                 or str(Path(__file__).resolve().parent.parent))
 
-from _common import free_port
+from _common import free_port, throwaway_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from exports import SITE, build
 
 from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
-from cheeto_like.embedded import EmbeddedServer
 from cheeto_like.store import connect
 
 KEY = "bench-api-key-0123456789abcdef-0123456789"
@@ -227,7 +226,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cheeto-bench-api-") as name:
         tmp = Path(name)
         embedded = EmbeddedStoreConfig(path=tmp / "store", port=free_port())
-        server = EmbeddedServer(embedded)
+        server = throwaway_server(embedded)
         server.start_background()
         api = None
         try:

@@ -26,10 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import free_port, progress
+from _common import free_port, progress, throwaway_server
 
 from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
-from cheeto_like.embedded import EmbeddedServer
 from cheeto_like.operations.group import SeedAccessStatusGroups
 from cheeto_like.operations.user import CreateUser
 from cheeto_like.store import connect
@@ -94,7 +93,7 @@ def main() -> None:
     cheeto = str(Path(sys.executable).with_name("cheeto"))
     with tempfile.TemporaryDirectory(prefix="cheeto-bench-") as tmp:
         embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
-        server = EmbeddedServer(embedded)
+        server = throwaway_server(embedded)
         server.start_background()
         try:
             mongo = MongoConfig(embedded=embedded, database=DATABASE)

@@ -32,10 +32,9 @@ import httpx
 sys.path.insert(0, os.environ.get("CHEETO_BENCH_TREE")
                 or str(Path(__file__).resolve().parent.parent))
 
-from _common import free_port, progress
+from _common import free_port, progress, throwaway_server
 
 from cheeto_like.config import ApiConfig, Config, EmbeddedStoreConfig, MongoConfig
-from cheeto_like.embedded import EmbeddedServer
 from cheeto_like.store import connect
 
 PAGES = {
@@ -153,7 +152,7 @@ async def run(opts: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="cheeto-bench-dash-") as name:
         tmp = Path(name)
         embedded = EmbeddedStoreConfig(path=tmp / "store", port=free_port())
-        server = EmbeddedServer(embedded)
+        server = throwaway_server(embedded)
         server.start_background()
         try:
             mongo = MongoConfig(embedded=embedded, database="bench_dashboard")

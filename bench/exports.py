@@ -38,10 +38,9 @@ from pymongo import monitoring
 sys.path.insert(0, os.environ.get("CHEETO_BENCH_TREE")
                 or str(Path(__file__).resolve().parent.parent))
 
-from _common import bulk_insert, free_port
+from _common import bulk_insert, free_port, throwaway_server
 
 from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
-from cheeto_like.embedded import EmbeddedServer
 from cheeto_like.models import (
     AutomountMap,
     Group,
@@ -229,7 +228,7 @@ async def main() -> None:
         trees["baseline"] = str(Path(opts.baseline).resolve())
     with tempfile.TemporaryDirectory(prefix="cheeto-exports-") as tmp:
         embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
-        server = EmbeddedServer(embedded)
+        server = throwaway_server(embedded)
         server_pid = server.start_background()
         try:
             store = await connect(MongoConfig(embedded=embedded, database="bench_exports"),

@@ -35,13 +35,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import bulk_insert, free_port, progress
+from _common import bulk_insert, free_port, progress, throwaway_server
 from pymongo import monitoring
 
 from cheeto_like.config import EmbeddedStoreConfig, LDAPConfig, MongoConfig
 from cheeto_like.constants import ACCESS_GROUP_NAMES, SPECIAL_GID_START, STATUS_GROUP_NAMES
 from cheeto_like.credentials import hash_password
-from cheeto_like.embedded import EmbeddedServer
 from cheeto_like.models import (
     AutomountMap,
     Group,
@@ -223,7 +222,7 @@ async def main() -> None:
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cheeto-ldap-bench-") as tmp:
         embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
-        server = EmbeddedServer(embedded)
+        server = throwaway_server(embedded)
         server.start_background()
         slapd = Slapd(Path(tmp), organizational_units=()).start()
         try:

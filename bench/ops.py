@@ -23,10 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import free_port, progress
+from _common import free_port, progress, throwaway_server
 
 from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
-from cheeto_like.embedded import EmbeddedServer
 from cheeto_like.operations.group import CreateGroup, SeedAccessStatusGroups
 from cheeto_like.operations.group_membership import AddGroupMember
 from cheeto_like.operations.site import CreateSite
@@ -106,7 +105,7 @@ async def main() -> None:
                            f"    database: {DATABASE}\n")
         else:
             embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
-            server = EmbeddedServer(embedded)
+            server = throwaway_server(embedded)
             server.start_background()
             mongo = MongoConfig(embedded=embedded, database=DATABASE)
             config_text = (f"mongo:\n  default:\n    database: {DATABASE}\n    embedded:\n"

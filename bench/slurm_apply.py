@@ -31,12 +31,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import free_port, progress
+from _common import free_port, progress, throwaway_server
 from slurm_plan import PARTITIONS, SITE, add_users, build_site
 
 from cheeto_like.adapters.sacctmgr import Result, SAcctMgr
 from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
-from cheeto_like.embedded import EmbeddedServer
 from cheeto_like.store import connect
 from cheeto_like.sync.slurm import apply_plan
 from cheeto_like.sync.slurm_actual import SAcctMgrReader, actual_state
@@ -141,7 +140,7 @@ async def main() -> None:
         parser.error("--users must be positive and --groups between 1 and 1000")
     with tempfile.TemporaryDirectory(prefix="cheeto-slurm-apply-") as tmp:
         embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
-        server = EmbeddedServer(embedded)
+        server = throwaway_server(embedded)
         server.start_background()
         slurm = SlurmAccounting(Path(tmp)).start()
         try:

@@ -37,11 +37,10 @@ from typing import Any
 sys.path.insert(0, os.environ.get("CHEETO_BENCH_TREE")
                 or str(Path(__file__).resolve().parent.parent))
 
-from _common import bulk_insert, free_port, progress
+from _common import bulk_insert, free_port, progress, throwaway_server
 
 from cheeto_like.adapters.sacctmgr import SAcctMgr
 from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
-from cheeto_like.embedded import EmbeddedServer
 from cheeto_like.models import (
     Group,
     GroupMembership,
@@ -361,7 +360,7 @@ async def main() -> None:
     if opts.store_only:
         with tempfile.TemporaryDirectory(prefix="cheeto-slurm-bench-") as tmp:
             embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
-            server = EmbeddedServer(embedded)
+            server = throwaway_server(embedded)
             server_pid = server.start_background()
             config = MongoConfig(embedded=embedded, database="bench_slurm")
             try:
@@ -377,7 +376,7 @@ async def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="cheeto-slurm-bench-") as tmp:
         embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
-        server = EmbeddedServer(embedded)
+        server = throwaway_server(embedded)
         server.start_background()
         slurm = SlurmAccounting(Path(tmp)).start()
         try:

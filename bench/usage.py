@@ -30,12 +30,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import free_port, progress
+from _common import free_port, progress, throwaway_server
 from pymongo import monitoring
 
 from cheeto_like.adapters.sacct import parse_output
 from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
-from cheeto_like.embedded import EmbeddedServer
 from cheeto_like.models import QuotaDefaults, Site, UsageRecord
 from cheeto_like.models.usage import FactorTable
 from cheeto_like.operations.usage import build_record, ingest
@@ -115,7 +114,7 @@ async def run(rows: int, ledger: int) -> dict[str, Any]:
     counter = Counter()
     with tempfile.TemporaryDirectory() as tmp:
         embedded = EmbeddedStoreConfig(path=Path(tmp), port=free_port())
-        server = EmbeddedServer(embedded)
+        server = throwaway_server(embedded)
         server.start_background()
         try:
             store = await connect(MongoConfig(embedded=embedded, database="bench_usage"),

@@ -84,9 +84,13 @@ def ensure_instance_id(data_dir: Path) -> str:
 class EmbeddedServer:
     """Process management for one nx-27017 instance described by the config."""
 
-    def __init__(self, config: EmbeddedStoreConfig) -> None:
+    def __init__(self, config: EmbeddedStoreConfig, *, exit_with: int | None = None) -> None:
+        """``exit_with``: a pid whose end stops the server too. The server is detached on
+        purpose (it outlives the CLI call that started it); a test session or a bench
+        that gets killed must not leave its throwaway store running."""
         self.config = config
         self.data_dir = Path(config.path)
+        self.exit_with = exit_with
 
     @property
     def transport(self) -> str:
@@ -213,6 +217,8 @@ class EmbeddedServer:
                "--log-file", str(self.log_path), "--pid-file", str(self.own_pid_path)]
         if self.config.token_file:
             cmd += ["--token-file", str(self.config.token_file)]
+        if self.exit_with is not None:
+            cmd += ["--exit-with", str(self.exit_with)]
         return cmd
 
     def token_env(self) -> dict[str, str]:

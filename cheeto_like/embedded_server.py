@@ -55,10 +55,12 @@ from .embedded import (
     ensure_instance_id,
     write_private,
 )
+from .processes import process_gone
 
 logger = logging.getLogger("cheeto_like.embedded_server")
 
 EXIT_GRACE_S = 5.0
+EXIT_WITH_POLL_S = 1.0  # how often ``--exit-with`` looks at the process it follows
 HEADER = struct.Struct("<iiii")
 HANDSHAKE = frozenset({"hello", "Hello", "isMaster", "ismaster"})
 PREAUTH = HANDSHAKE | {"saslStart", "saslContinue", IDENTITY_COMMAND}
@@ -707,7 +709,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--token-file")
     parser.add_argument("--log-file")
     parser.add_argument("--pid-file")
+    parser.add_argument("--exit-with", type=int, metavar="PID",
+                        help="stop when this process ends (a test session's throwaway store)")
     return parser.parse_args(argv)
+
+
+async def _watch(pid: int, stop: asyncio.Event, every: float = EXIT_WITH_POLL_S) -> None:
+    """Set ``stop`` once ``pid`` has ended (``--exit-with``)."""
+    while not stop.is_set():
+        if process_gone(pid):
+            logger.warning("process %d has ended: stopping (--exit-with)", pid)
+            stop.set()
+            return
+        await asyncio.sleep(every)
 
 
 async def _serve(server: StoreServer, args: argparse.Namespace, data_dir: Path) -> None:
@@ -715,6 +729,8 @@ async def _serve(server: StoreServer, args: argparse.Namespace, data_dir: Path) 
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    watcher = asyncio.create_task(_watch(args.exit_with, stop)) \
+        if args.exit_with is not None else None
     if args.listen == "unix":
         path = data_dir / SOCKET_NAME
         path.unlink(missing_ok=True)  # a stale socket; the server lock says none is live
@@ -734,6 +750,8 @@ async def _serve(server: StoreServer, args: argparse.Namespace, data_dir: Path) 
         timer.daemon = True
         timer.start()
         listener.close()
+        if watcher is not None:
+            watcher.cancel()
         if server.gate.owner is not None:
             await server.gate.abort_owner("the server is stopping")
 

@@ -25,6 +25,8 @@ def write_atomically(path: str | os.PathLike[str], text: str, mode: int = 0o644)
             raise
     except OSError as exc:
         raise output_file_error(target, exc) from None
+    except ValueError:  # os.open refuses a NUL in the path
+        raise InvalidInput(f"cannot write {path}: a path cannot hold a NUL character") from None
     return target
 
 
@@ -37,6 +39,8 @@ def read_small_text(path: str | os.PathLike[str], *, limit: int, what: str) -> s
             data = handle.read(limit + 1)
     except OSError as exc:
         raise InvalidInput(f"cannot read {target}: {exc.strerror}") from None
+    except ValueError:  # open refuses a NUL in the path
+        raise InvalidInput(f"cannot read {path}: a path cannot hold a NUL character") from None
     if len(data) > limit:
         raise InvalidInput(f"{target} is larger than {limit // 1024} KiB: not {what}")
     try:

@@ -35,6 +35,10 @@ from cheeto_like.embedded import EmbeddedServer
 from cheeto_like.models import ALL_MODELS, Group, NameClaim
 from cheeto_like.store import Store, connect
 
+# The real services' fixtures (slapd, slurm_accounting, slurm_cluster, rabbitmq), defined
+# once for the whole session so each service starts once; see tests/services/fixtures.py.
+pytest_plugins = ["tests.services.fixtures"]
+
 ISOLATED_HOME = Path(tempfile.mkdtemp(prefix="cheeto-test-xdg-"))
 for _var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
     os.environ[_var] = str(ISOLATED_HOME / _var.lower())
@@ -65,7 +69,7 @@ def mongo_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MongoConf
         yield MongoConfig(uri=uri)
         return
     embedded = EmbeddedStoreConfig(path=tmp_path_factory.mktemp("store"))
-    server = EmbeddedServer(embedded)
+    server = EmbeddedServer(embedded, exit_with=os.getpid())  # a killed run leaves none
     server.start_background()
     try:
         yield MongoConfig(embedded=embedded)

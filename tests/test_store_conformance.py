@@ -7,7 +7,8 @@ compound unique indexes, the partial unique index on (type, shorthand), transact
 abort and rollback on a duplicate key, the filters (equality, ``$in``, ``$ne: None``,
 ``$or``, range + sort + limit, array-element equality, dotted paths), the updates
 (``$set``, ``$max``, ``$currentDate``, ``update_many`` with ``array_filters`` on top-level
-and nested lists), deletes and counts, tz-aware UTC datetimes, the transaction lock
+and nested lists, a ``bulk_write`` of ``$set`` upserts by ``_id``), deletes and counts,
+tz-aware UTC datetimes, the transaction lock
 across processes, racing creates of the same name, and the usage ledger's aggregations
 (``$match`` on an
 integer range, ``$group`` on a field or a dotted field after ``$unwind``, ``$sum``).
@@ -27,6 +28,7 @@ from typing import Any
 
 import pytest
 from beanie.operators import In
+from pymongo import UpdateOne
 from pymongo.errors import DuplicateKeyError
 
 from cheeto_like.config import MongoConfig
@@ -36,6 +38,7 @@ from cheeto_like.models import (
     GroupMembership,
     History,
     Site,
+    SyncStep,
     UsageRecord,
     User,
     UserSiteInfo,
@@ -767,3 +770,28 @@ async def test_current_date_and_set_upserts_by_id_on_a_raw_collection(empty_db):
     assert found["clock"] == clock
     await collection.delete_many({})
     assert await collection.find_one({"_id": "farm"}) is None
+
+
+async def test_bulk_write_of_set_upserts_by_id_creates_and_updates_in_one_command(empty_db):
+    """``sync.runs.RunJournal.steps``: before each sacctmgr command one ``bulk_write``
+    closes the previous step's document (an update) and starts the next (an insert), both
+    ``$set`` upserts by ``_id``; the run's steps are then read and deleted by ``run``."""
+    steps = SyncStep.get_pymongo_collection()
+
+    def step(n: int, outcome: str, detail: str = "", run: str = "r1") -> UpdateOne:
+        return UpdateOne({"_id": f"{run}:{n}"}, {"$set": {
+            "run": run, "index": n, "outcome": outcome, "detail": detail}}, upsert=True)
+
+    first = await steps.bulk_write([step(0, "started")], ordered=True)
+    assert first.upserted_count == 1 and first.matched_count == 0
+    both = await steps.bulk_write([step(0, "ok", "0.01s"), step(1, "started")], ordered=True)
+    assert both.matched_count == 1 and both.modified_count == 1 and both.upserted_count == 1
+    await steps.bulk_write([step(0, "started", run="r2")], ordered=True)
+    found = {d["_id"]: d async for d in steps.find({"run": "r1"})}
+    assert found == {"r1:0": {"_id": "r1:0", "run": "r1", "index": 0, "outcome": "ok",
+                              "detail": "0.01s"},
+                     "r1:1": {"_id": "r1:1", "run": "r1", "index": 1, "outcome": "started",
+                              "detail": ""}}
+    assert [s.index for s in await SyncStep.find({"run": "r1"}).to_list()] in ([0, 1], [1, 0])
+    assert (await steps.delete_many({"run": "r1"})).deleted_count == 2
+    assert [d["_id"] async for d in steps.find({})] == ["r2:0"]

@@ -38,7 +38,7 @@ def own(tmp_path: Path) -> Iterator[tuple[MongoConfig, EmbeddedServer]]:
     """A private embedded store (data dir + port) for one test, stopped afterwards."""
     embedded = EmbeddedStoreConfig(path=tmp_path / "store", port=_free_port())
     config = MongoConfig(database="main", embedded=embedded)
-    server = EmbeddedServer(embedded)
+    server = EmbeddedServer(embedded, exit_with=os.getpid())
     try:
         yield config, server
     finally:

@@ -47,7 +47,9 @@ class CheetoArgumentParser(argparse.ArgumentParser):
     attached on first use (so nodes nobody touches cost nothing)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        from ..text import show_controls  # argparse quotes the user's words raw
+
+        self.exit(2, f"{self.prog}: error: {show_controls(message)} (see --help)\n")
 
     def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
         """``type=int`` values fit the store's 64 bits and ``type=float`` values are finite,

@@ -53,3 +53,20 @@ def future_or_none(text: str | None, flag: str) -> datetime | None:
     if isinstance(value, _Clear):
         raise InvalidInput(f"{flag} cannot be 'clear' here")
     return value
+
+
+MAX_TIMEOUT_S = 86_400.0
+
+
+def seconds(text: str) -> float:
+    """``type=`` of a time limit in seconds: positive and at most a day. Zero or a
+    negative limit would kill the program before it starts (reported as a time-out of a
+    healthy cluster), and a huge one overflows the wait."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= MAX_TIMEOUT_S:  # also false for nan
+        raise argparse.ArgumentTypeError(
+            f"{text} is not between 0 and {MAX_TIMEOUT_S:g} seconds (exclusive of 0)")
+    return value

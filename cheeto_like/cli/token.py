@@ -32,7 +32,7 @@ async def token_issue(args: argparse.Namespace) -> int:
     if not may_sign_in(user):
         raise InvalidInput(f"{user.name} is {user.status}, not active: no token")
     issuer = TokenIssuer.from_config(ctx.config.api)
-    ttl = parse_duration(args.ttl).total_seconds() if args.ttl else None
+    ttl = parse_duration(args.ttl).total_seconds() if args.ttl is not None else None
     token, claims = issuer.issue(user.name, ttl)
     ctx.out.write_raw(token + "\n")
     until = datetime.fromtimestamp(claims.exp, UTC).strftime("%Y-%m-%d %H:%M UTC")

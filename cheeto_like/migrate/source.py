@@ -33,7 +33,11 @@ Raw = dict[str, list[dict[str, Any]]]
 def read_dump(directory: Path, database: str | None = None) -> Raw:
     """Documents from ``<dir>/<collection>.bson`` (or ``<dir>/<database>/…``, as
     ``mongodump --out`` lays it out). A missing collection file reads as empty."""
-    if not directory.is_dir():
+    try:
+        found = directory.is_dir()
+    except OSError as exc:  # a name longer than the system allows
+        raise InvalidInput(f"dump directory {directory}: {exc.strerror}") from None
+    if not found:
         raise InvalidInput(f"dump directory {directory} does not exist")
     base = directory
     if database and (directory / database).is_dir():

@@ -21,7 +21,7 @@ from .slurm import (
     SlurmQOS,
 )
 from .storage import AutomountMap, StaticMount, Storage, StorageVolume
-from .sync import SyncLease, SyncRun
+from .sync import SyncLease, SyncRun, SyncStep
 from .usage import GpuFactor, UsageCursor, UsageRecord
 from .user import SshKey, User, UserSiteInfo
 
@@ -29,7 +29,7 @@ ALL_MODELS: tuple[type[Document], ...] = (
     Site, User, SshKey, Group, UserSiteInfo, GroupMembership,
     SlurmAccount, SlurmAllocation, SlurmPartition, SlurmQOS, SlurmAssociation,
     AutomountMap, StorageVolume, StaticMount, Storage,
-    History, HippoEvent, SyncRun, SyncLease, NameClaim,
+    History, HippoEvent, SyncRun, SyncStep, SyncLease, NameClaim,
     UsageRecord, UsageCursor, GpuFactor, Quota, QuotaDefaults, QuotaAdjustment, QuotaNotice,
     RoleGrant, ApiKey, RevokedToken, Request, AuditRun,
 )
@@ -64,6 +64,7 @@ __all__ = [
     "StorageVolume",
     "SyncLease",
     "SyncRun",
+    "SyncStep",
     "UsageCursor",
     "UsageRecord",
     "User",

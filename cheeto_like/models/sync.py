@@ -1,8 +1,12 @@
-"""Bookkeeping for outward syncs: one ``SyncRun`` per run, one ``SyncLease`` per target.
+"""Bookkeeping for outward syncs: one ``SyncRun`` per run, one ``SyncLease`` per target,
+and a ``SyncStep`` per command a running apply has started.
 
 A run stores its plan counts and every item's outcome, which is what drift reports and
 "why can't alice submit?" read. The lease makes sure that at most one run per
-(target, site) is in flight, whichever worker or admin started it.
+(target, site) is in flight, whichever worker or admin started it. While an apply runs,
+each command's progress lives in its own small ``SyncStep`` (``sync.runs.RunJournal``):
+rewriting the run's whole item list before every command made an apply quadratic in its
+plan (issue 18). The steps are folded into the run when it ends or is closed as crashed.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ def epoch_ms(when: datetime) -> int:
     return int(when.timestamp() * 1000)
 
 
+Outcome = Literal["planned", "started", "ok", "failed", "pending", "skipped"]
+
+
 class SyncItem(BaseModel):
     """The outcome of one planned change: an sacctmgr command (which may cover several
     entities, listed in ``targets``), an LDAP entry, a file, …"""
@@ -31,7 +38,7 @@ class SyncItem(BaseModel):
     # planned -> started (written before the command runs) -> ok | failed | pending
     # (refused for a reason that clears by itself, e.g. running jobs; retried next run);
     # skipped: never attempted. A crashed run keeps ``started`` on the command in flight.
-    outcome: Literal["planned", "started", "ok", "failed", "pending", "skipped"] = "planned"
+    outcome: Outcome = "planned"
     detail: str = ""
     removals: int = 0  # how many removals (deletions, dropped values) this change makes
 
@@ -57,6 +64,23 @@ class SyncRun(Document):
     class Settings:
         name = "sync_runs"
         indexes = [index("target", "site", "-started_at"), index("status")]
+
+
+class SyncStep(Document):
+    """The write-ahead record of one started item of a ``running`` run: ``_id`` is
+    ``<run id>:<index in run.items>``. Only ``outcome`` and ``detail`` change while a run
+    applies, so each step writes a few dozen bytes whatever the plan's size; the run's
+    ``items`` hold the rest (``sync.runs.live_items`` overlays the two)."""
+
+    id: str  # type: ignore[assignment]
+    run: str
+    index: int
+    outcome: Outcome
+    detail: str = ""
+
+    class Settings:
+        name = "sync_steps"
+        indexes = [index("run")]
 
 
 class SyncLease(Document):

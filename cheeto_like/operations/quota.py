@@ -7,10 +7,10 @@ keeps its value; a new quota starts from the site's defaults for its kind.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any, Literal
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 from pymongo.asynchronous.client_session import AsyncClientSession
 
 from ..errors import InvalidInput, NotFound
@@ -33,6 +33,15 @@ KEEP = "keep"
 Amount = float | None | Literal["keep"]
 GPU_TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 PAST_TOLERANCE = timedelta(minutes=5)  # clock skew between the admin's host and ours
+
+
+def _as_utc(value: datetime) -> datetime:
+    """A time without an offset is UTC (as the CLI reads one): the API's JSON can carry a
+    naive ISO time, and comparing it with the store's aware times would raise."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+UtcTime = Annotated[datetime, AfterValidator(_as_utc)]
 
 
 def _check(value: Amount, flag: str) -> Amount:
@@ -67,8 +76,8 @@ async def _check_subject(args: _Subject, session: AsyncClientSession) -> None:
 
 class _PeriodArgs(OpArgs):
     period: Period | Literal["keep"] = KEEP
-    start: datetime | None = None
-    end: datetime | None = None
+    start: UtcTime | None = None
+    end: UtcTime | None = None
     carry_over: bool | None = None
 
 
@@ -122,6 +131,9 @@ class SetQuota(Operation):
 def _changes(args: Any, amounts: tuple[str, ...]) -> dict[str, Any]:
     values: dict[str, Any] = {k: getattr(args, k) for k in amounts
                               if getattr(args, k) != KEEP}
+    if args.period not in (KEEP, "explicit") and (args.start is not None
+                                                  or args.end is not None):
+        raise InvalidInput("--start/--end go with --period explicit")  # not dropped silently
     if args.period != KEEP:
         values["period"] = args.period
         values["period_start"] = args.start if args.period == "explicit" else None
@@ -250,7 +262,7 @@ class SetGpuFactor(Operation):
         site: SiteName
         gpu_type: str = Field(pattern=GPU_TYPE_PATTERN)
         factor: float = Field(ge=0, le=1000)
-        effective_from: datetime | None = None
+        effective_from: UtcTime | None = None
 
     async def execute(self, session: AsyncClientSession) -> GpuFactor:
         await get_site(self.args.site, session)

@@ -22,7 +22,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
@@ -30,6 +29,7 @@ from ..errors import Busy, CheetoError, ExternalError
 from ..models import SyncLease
 from ..models.fields import new_id, utcnow
 from ..models.sync import epoch_ms
+from ..processes import process_gone
 from ..store import Store
 
 DEFAULT_TTL = timedelta(seconds=60)
@@ -56,16 +56,7 @@ def holder_is_gone(holder: str, *, own_pid_is_gone: bool = False) -> bool:
     pid = int(pid_text)
     if pid == os.getpid():
         return own_pid_is_gone
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
+    return process_gone(pid)
 
 
 @dataclass

@@ -3,11 +3,20 @@ rolling deletion budget read from past runs.
 
 Why a write-ahead log: a run killed mid-apply (SIGKILL, a lost node) must leave behind
 exactly which outside commands ran. The apply writes the whole plan as ``planned``
-items first, then, before each command, one update that closes the previous command's
-outcome and marks the next one ``started``: one store write per command, and after a
-crash every item is ``ok``/``failed``/… (ran), ``started`` (may have run) or ``planned``
-(did not). The whole ``items`` list is ``$set`` each time: the embedded store does not
-support ``items.N`` paths or ``$push`` of sub-documents (tests/test_store_conformance.py).
+items first, then, before each command, one store round trip that closes the previous
+command's outcome and marks the next one ``started``: after a crash every item is
+``ok``/``failed``/… (ran), ``started`` (may have run) or ``planned`` (did not).
+
+Why a ``SyncStep`` document per started command rather than the run's ``items``: the
+embedded store cannot update one element of a list (``items.N`` paths are refused,
+``array_filters`` on sub-document fields do not work, ``$push`` of sub-documents is not
+portable: tests/test_store_conformance.py), so updating the run meant ``$set``-ing the
+whole list before every command, n writes of n items: quadratic (issue 18; 1,500
+commands rewrote 1,500 items 1,500 times). A step is a few dozen bytes written by ``_id``
+(``RunJournal.steps``: one ``bulk_write`` of upserts), whatever the plan's size. The run
+ends by saving every item with its outcome and dropping its steps; a crashed run is
+closed by folding its steps into its items (``close_stale_runs``). Until then, whoever
+reads a ``running`` run's items reads ``queries.sync_runs.live_items``.
 
 Why crash detection here: nothing runs when a process dies, so whoever looks next closes
 the run. A ``running`` run is stale when the lease it ran under is no longer its holder's
@@ -19,13 +28,17 @@ removals their ``ok``/``started`` items made, so the deletion budget still count
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
+from pymongo import UpdateOne
+
 from ..errors import GuardTripped
-from ..models import SyncLease, SyncRun
+from ..models import SyncLease, SyncRun, SyncStep
 from ..models.fields import utcnow
 from ..models.sync import SyncItem, epoch_ms
+from ..queries.sync_runs import overlay, run_steps
 from ..store import Store
 from .lease import holder_is_gone
 
@@ -38,17 +51,25 @@ def removed_by(items: list[SyncItem]) -> int:
     return sum(i.removals for i in items if i.outcome in ("ok", "started"))
 
 
+def step_id(run_id: str, index: int) -> str:
+    return f"{run_id}:{index}"
+
+
 class RunJournal:
-    """Writes a run's items ahead of the commands they describe (one write per step)."""
+    """Writes a run's items ahead of the commands they describe: the whole list once
+    (``write``), then one small write per step (``steps``), never the list again."""
 
     def __init__(self, store: Store, run: SyncRun) -> None:
         self.store, self.run = store, run
+        self.items: list[SyncItem] = []  # the list last written whole; steps change it
         self.writes = 0
+        self.stepped = False
 
     async def write(self, items: list[SyncItem], *, removed: int | None = None,
                     **extra: Any) -> None:
-        """``removed`` overrides the count from ``items`` (a run that stores only some
-        of its items, or counts a whole batch before it starts)."""
+        """Store the whole ``items`` list on the run (the plan, or LDAP's few batches).
+        ``removed`` overrides the count from ``items`` (a run that stores only some of
+        its items, or counts a whole batch before it starts)."""
         fields: dict[str, Any] = {"items": [i.model_dump() for i in items],
                                   "counts.removed": removed_by(items) if removed is None
                                   else removed}
@@ -56,7 +77,32 @@ class RunJournal:
         async with self.store.exclusive():
             await SyncRun.get_pymongo_collection().update_one({"_id": self.run.id},
                                                               {"$set": fields})
+        self.items = items
         self.writes += 1
+
+    async def steps(self, indexes: Iterable[int]) -> None:
+        """Record the current outcome and detail of the items at ``indexes`` (of the list
+        given to ``write``) in one round trip: a ``bulk_write`` of upserts by ``_id``, one
+        small document per item, so a step's cost does not grow with the plan."""
+        ops = [UpdateOne({"_id": step_id(self.run.id, n)},
+                         {"$set": {"run": self.run.id, "index": n,
+                                   "outcome": self.items[n].outcome,
+                                   "detail": self.items[n].detail}}, upsert=True)
+               for n in indexes]
+        if not ops:
+            return
+        async with self.store.exclusive():
+            await SyncStep.get_pymongo_collection().bulk_write(ops, ordered=True)
+        self.stepped = True
+        self.writes += 1
+
+    async def discard_steps(self) -> None:
+        """Drop the run's step documents, once the run itself holds every outcome."""
+        if not self.stepped:
+            return
+        async with self.store.exclusive():
+            await SyncStep.get_pymongo_collection().delete_many({"run": self.run.id})
+        self.stepped = False
 
 
 def _stale(doc: dict[str, Any], leases: dict[str, dict[str, Any]], now: Any) -> bool:
@@ -74,8 +120,9 @@ def _stale(doc: dict[str, Any], leases: dict[str, dict[str, Any]], now: Any) -> 
 
 async def close_stale_runs(store: Store, *, target: str | None = None,
                            site: str | None = None) -> list[str]:
-    """Mark every stale ``running`` run ``crashed`` (optionally only one target/site);
-    returns their ids. Cheap when nothing is running: one indexed query."""
+    """Mark every stale ``running`` run ``crashed`` (optionally only one target/site),
+    its step documents folded into its items (then dropped); returns their ids. Cheap
+    when nothing is running: one indexed query."""
     runs = SyncRun.get_pymongo_collection()
     running = [doc async for doc in runs.find({"status": "running"})
                if (target is None or doc.get("target") == target)
@@ -88,18 +135,25 @@ async def close_stale_runs(store: Store, *, target: str | None = None,
     for doc in running:
         if not _stale(doc, leases, now):
             continue
-        items = [SyncItem.model_validate(i) for i in doc.get("items") or []]
+        steps = await run_steps(str(doc["_id"]))
+        items = overlay([SyncItem.model_validate(i) for i in doc.get("items") or []], steps)
         in_flight = [i.command for i in items if i.outcome == "started"]
         error = "crashed: its process died or lost the lease mid-run" + (
             f"; in flight: {in_flight[0]}" if in_flight else "")
         removed = max(removed_by(items), int((doc.get("counts") or {}).get("removed") or 0))
+        fields: dict[str, Any] = {"status": "crashed", "error": error,
+                                  "counts.removed": removed}
+        if steps:  # the run keeps what its steps said, so they can go
+            fields["items"] = [i.model_dump() for i in items]
         async with store.exclusive():
-            done = await runs.update_one(
-                {"_id": doc["_id"], "status": "running"},
-                {"$set": {"status": "crashed", "error": error, "counts.removed": removed},
-                 "$currentDate": {"finished_at": True}})
-        if done.modified_count:
-            closed.append(str(doc["_id"]))
+            done = await runs.update_one({"_id": doc["_id"], "status": "running"},
+                                         {"$set": fields, "$currentDate": {"finished_at": True}})
+        if not done.modified_count:  # it ended meanwhile, or another closer won
+            continue
+        if steps:
+            async with store.exclusive():
+                await SyncStep.get_pymongo_collection().delete_many({"run": doc["_id"]})
+        closed.append(str(doc["_id"]))
     return closed
 
 

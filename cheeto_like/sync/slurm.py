@@ -10,7 +10,9 @@ counts and every command's outcome. An apply:
   removal is a deleted account or association, a removed coordinator, or a QOS dropped
   from an association;
 - writes the whole plan to the run first, then marks each command ``started`` before it
-  runs (one store write per command, ``sync.runs.RunJournal``), so a crash shows what ran;
+  runs (one small store write per command: the previous outcome and the next start, as
+  ``SyncStep`` documents, never the whole item list again; ``sync.runs.RunJournal``), so
+  a crash shows what ran; the run's final save holds every outcome and drops the steps;
 - runs batches in order, each command with a timeout, recording every outcome; a
   removal slurmdbd refuses because of running jobs is ``pending`` (retried next run);
 - skips the delete batches when anything before them failed, so a failed add never
@@ -82,7 +84,10 @@ async def apply_plan(planned: Plan, runner: CommandRunner, *, max_deletions: int
     """Execute the plan in order; returns one item per command, never raises midway.
 
     With a ``journal`` every item is written before anything runs and each command is
-    marked ``started`` in the store before its process starts (write-ahead)."""
+    marked ``started`` in the store before its process starts (write-ahead): one
+    ``journal.steps`` round trip carrying that start and the outcomes settled since the
+    last one (the previous command's, and any skipped in between), so the writes per
+    command stay a handful of small documents however long the plan is."""
     check_guard(planned, max_deletions)
     steps = [(batch, command) for batch in planned.batches for command in batch.commands]
     items = [SyncItem(batch=batch.label, command=str(command), targets=list(command.targets),
@@ -90,6 +95,7 @@ async def apply_plan(planned: Plan, runner: CommandRunner, *, max_deletions: int
              for batch, command in steps]
     if journal is not None:
         await journal.write(items)
+    settled: list[int] = []  # indexes whose outcome changed since the last journal write
     failed = False
     progress.begin(len(steps), "sacctmgr commands")
     for index, ((batch, command), item) in enumerate(zip(steps, items, strict=True)):
@@ -100,10 +106,12 @@ async def apply_plan(planned: Plan, runner: CommandRunner, *, max_deletions: int
             break
         if batch.kind == "delete" and failed:
             item.outcome, item.detail = "skipped", "skipped: an earlier step failed"
+            settled.append(index)
             continue
         item.outcome = "started"
         if journal is not None:
-            await journal.write(items)
+            await journal.steps([*settled, index])
+        settled = [index]
         try:
             result = await runner.run(command.args, write=True)
         except Exception as exc:  # a missing binary, sudo refusal, …: record, go on
@@ -113,7 +121,7 @@ async def apply_plan(planned: Plan, runner: CommandRunner, *, max_deletions: int
         item.outcome, item.detail = _outcome(result)  # type: ignore[assignment]
         failed = failed or item.outcome == "failed"
     if journal is not None:
-        await journal.write(items)
+        await journal.steps(settled)  # the last outcome, should the final save not come
     return items
 
 
@@ -173,6 +181,7 @@ async def _run(store: Store, site: str, cluster: str, *, reader: StateReader,
                   extra={"cluster": cluster, "offline": offline})
     async with store.exclusive():
         await run.insert()
+    journal = RunJournal(store, run)
     report: Report | None = None
     try:
         desired = await desired_state(site)
@@ -192,7 +201,7 @@ async def _run(store: Store, site: str, cluster: str, *, reader: StateReader,
             run.counts = {"processes": planned.processes, "removals": len(planned.removals)}
             held.check()
             report.items = await apply_plan(planned, runner, max_deletions=max_deletions,
-                                            journal=RunJournal(store, run), held=held)
+                                            journal=journal, held=held)
         run.status = "ok" if report.ok else "failed"
         if held is not None and held.lost is not None:
             run.error = held.lost
@@ -212,13 +221,17 @@ async def _run(store: Store, site: str, cluster: str, *, reader: StateReader,
         run.finished_at = utcnow()
         run.duration_s = round(time.monotonic() - started, 3)
         if report is not None:
+            # cancelled mid-apply, ``report.items`` is unset: the journal's list has the
+            # outcomes so far (its steps are dropped below)
+            items = report.items or journal.items
             run.counts = {**report.plan.counts, "processes": report.plan.processes,
                           "deletions": len(report.plan.deletions),
                           "removals": len(report.plan.removals),
-                          "removed": removed_by(report.items),
+                          "removed": removed_by(items),
                           "pending": len(report.pending)}
-            run.items = report.items
+            run.items = items
             run.extra |= {"conflicts": list(report.plan.conflicts),
                           "notes": list(report.plan.notes)}
         async with store.exclusive():
             await run.save()
+        await journal.discard_steps()  # the run holds every outcome now

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from functools import lru_cache
+from itertools import repeat
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -268,6 +269,10 @@ async def desired_state(site_name: str, *, now: datetime | None = None) -> Slurm
 
     accounts = {row["group"]: row for row in account_rows}
     associations: dict[AssocKey, AssocState] = {}
+    # each account's roster once (it is the same for all its partitions), and the
+    # (user, account) pairs the plan needs, made per account (``built_pairs``)
+    account_rosters: dict[str, set[str]] = {}
+    pairs: set[tuple[str, str]] = set()
     for assoc in assoc_rows:
         account, partition = assoc["account"], assoc["partition"]
         assoc_qos = _listed(assoc["qos"])
@@ -280,10 +285,12 @@ async def desired_state(site_name: str, *, now: datetime | None = None) -> Slurm
             notes.append(f"association {account}/{partition} skipped: unknown QOS "
                          f"{', '.join(missing)}")
             continue
-        if account in site.slurm.sticky:
-            roster = eligible
-        else:
-            roster = rosters.get(account, set()) & eligible
+        roster = account_rosters.get(account)
+        if roster is None:
+            roster = eligible if account in site.slurm.sticky \
+                else rosters.get(account, set()) & eligible
+            account_rosters[account] = roster
+            pairs.update(zip(roster, repeat(account)))
         state = AssocState(frozenset(assoc_qos), assoc.get("default_qos"))
         # 60k keys at a site: built by C calls, not one Python-level __new__ each
         associations.update(dict.fromkeys(
@@ -294,7 +301,7 @@ async def desired_state(site_name: str, *, now: datetime | None = None) -> Slurm
         default_accounts = {key.user: key.account for key in associations
                             if key.account == site.slurm.default_account}
 
-    associated = frozenset(map(itemgetter(0), associations))  # users, in C
+    associated = frozenset(map(itemgetter(0), pairs))  # users, in C
     coordinators: dict[str, frozenset[str]] = {}
     for name, account in accounts.items():
         named = _listed(account.get("coordinators"))
@@ -309,7 +316,8 @@ async def desired_state(site_name: str, *, now: datetime | None = None) -> Slurm
         accounts={name: _account_state(name, _doc(row.get("limits")))
                   for name, row in accounts.items()},
         associations=associations, default_accounts=default_accounts,
-        coordinators=coordinators, notes=tuple(notes), renames=renames)
+        coordinators=coordinators, notes=tuple(notes), renames=renames,
+        built_pairs=(associations, frozenset(pairs)))
     return await apply_quota_blocks(state, site.name, now)  # out of quota: GrpTRESMins=0
 
 

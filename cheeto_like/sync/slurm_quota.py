@@ -114,8 +114,10 @@ def with_blocks(state: SlurmState, blocks: QuotaBlocks) -> SlurmState:
     present = {("user", key.user) for key in state.associations}
     present |= {("account", name) for name in state.accounts}
     notes = [line for subject, line in sorted(blocks.notes.items()) if subject in present]
+    # the same keys: the pairs carry over (``SlurmState.built_pairs``)
     return replace(state, associations=associations, accounts=accounts,
-                   notes=(*state.notes, *notes))
+                   notes=(*state.notes, *notes),
+                   built_pairs=(associations, state.user_account_pairs()))
 
 
 async def apply_quota_blocks(state: SlurmState, site: str, now: datetime) -> SlurmState:

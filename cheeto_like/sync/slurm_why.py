@@ -20,7 +20,7 @@ from ..models.fields import utcnow
 from ..queries.group import user_groups_at_site
 from ..queries.site import get_site
 from ..queries.slurm import user_slurm_at_site
-from ..queries.sync_runs import last_sync_run
+from ..queries.sync_runs import last_sync_run, live_items
 from ..queries.user import find_site_info, get_user
 from .slurm_actual import read_user_state
 from .slurm_desired import eligibility, user_renames
@@ -149,7 +149,7 @@ async def _last_sync(site: str, user: str) -> dict[str, Any] | None:
     run = await last_sync_run("slurm", site)
     if run is None:
         return None
-    mine = [i for i in run.items
+    mine = [i for i in await live_items(run)
             if any(t.split("@")[0] == user or t.startswith(f"default {user}=")
                    or t.endswith((f":{user}", f"={user}")) for t in i.targets)]
     return {"run": run.id, "started_at": run.started_at, "apply": run.apply,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
@@ -79,6 +79,18 @@ async def subject_allowed(who: Principal, action: str, user: str | None,
         authorize(who, action, await user_target(user))
     else:
         authorize(who, action, subject_target(user, account))
+
+
+async def _subject_exists(user: str | None, account: str | None) -> None:
+    """A quota view of a name the store does not know would show made-up defaults: 404
+    (as setting its quota would be)."""
+    from ..queries.group import get_group
+    from ..queries.user import get_user
+
+    if user is not None:
+        await get_user(user)
+    if account is not None:
+        await get_group(account)
 
 
 class Login(BaseModel):
@@ -324,6 +336,9 @@ def build_router(prefix: str) -> APIRouter:
         found = await get_site(site)
         if (start is None) != (end is None):
             raise InvalidInput("start and end go together")
+        # a time without an offset is UTC, as the CLI reads one (mixing the two would raise)
+        start, end = (t.replace(tzinfo=UTC) if t is not None and t.tzinfo is None else t
+                      for t in (start, end))
         if start is not None and end is not None:
             if end <= start:
                 raise InvalidInput("end must come after start")
@@ -347,6 +362,7 @@ def build_router(prefix: str) -> APIRouter:
 
         await subject_allowed(who, rules.QUOTA_READ, user, account)
         found = await get_site(site)
+        await _subject_exists(user, account)
         rows = await quota_status(found.name, utcnow(), user=user, account=account)
         return page([r.as_dict() for r in rows], limit, offset)
 

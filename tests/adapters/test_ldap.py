@@ -31,7 +31,6 @@ from cheeto_like.adapters.ldap import (
 )
 from cheeto_like.config import LDAPConfig
 from cheeto_like.credentials import hash_password
-from tests.services.fixtures import slapd  # noqa: F401
 from tests.services.ldap import Slapd
 
 _n = itertools.count(1)
@@ -114,7 +113,7 @@ def config_for(server: Slapd, **overrides: object) -> LDAPConfig:
 
 
 @pytest.fixture
-def base(slapd: Slapd) -> str:  # noqa: F811
+def base(slapd: Slapd) -> str:
     """A fresh OU for this test."""
     dn = f"ou=adapter{next(_n)},{slapd.suffix}"
     slapd.ldapadd(f"dn: {dn}\nobjectClass: organizationalUnit\nou: {dn[3:dn.index(',')]}\n")
@@ -122,7 +121,7 @@ def base(slapd: Slapd) -> str:  # noqa: F811
 
 
 @pytest.fixture
-async def directory(slapd: Slapd) -> AsyncIterator[Directory]:  # noqa: F811
+async def directory(slapd: Slapd) -> AsyncIterator[Directory]:
     async with Directory(config_for(slapd)) as d:
         yield d
 
@@ -145,13 +144,13 @@ def silent_server() -> Iterator[str]:
         sock.close()
 
 
-async def test_starttls_and_ldaps_with_the_ca_file(slapd: Slapd):  # noqa: F811
+async def test_starttls_and_ldaps_with_the_ca_file(slapd: Slapd):
     for cfg in (config_for(slapd), config_for(slapd, servers=[slapd.ldaps_uri], use_tls=False)):
         async with Directory(cfg) as d:
             assert await d.whoami() == f"dn:{slapd.root_dn}"
 
 
-async def test_tls_without_the_ca_is_refused_in_one_line(slapd: Slapd):  # noqa: F811
+async def test_tls_without_the_ca_is_refused_in_one_line(slapd: Slapd):
     cfg = config_for(slapd, servers=[slapd.ldaps_uri], use_tls=False, ca_file=None)
     with pytest.raises(DirectoryError) as caught:
         async with Directory(cfg):
@@ -161,7 +160,7 @@ async def test_tls_without_the_ca_is_refused_in_one_line(slapd: Slapd):  # noqa:
     assert "\n" not in caught.value.message
 
 
-async def test_fails_over_to_the_next_server(slapd: Slapd):  # noqa: F811
+async def test_fails_over_to_the_next_server(slapd: Slapd):
     dead = f"ldap://127.0.0.1:{_closed_port()}"
     async with Directory(config_for(slapd, servers=[dead, slapd.uri])) as d:
         assert d.server == slapd.uri
@@ -182,7 +181,7 @@ async def test_unreachable_servers_are_one_transient_error(silent_server: str):
     assert "\n" not in err.message
 
 
-async def test_a_wrong_password_is_one_permanent_error_and_no_failover(slapd: Slapd):  # noqa: F811
+async def test_a_wrong_password_is_one_permanent_error_and_no_failover(slapd: Slapd):
     cfg = config_for(slapd, password="wrong", servers=[slapd.uri, slapd.ldaps_uri])
     with pytest.raises(DirectoryError) as caught:
         async with Directory(cfg):
@@ -265,7 +264,7 @@ async def test_result_errors_carry_a_code_and_the_dn(directory: Directory, base:
 
 
 async def test_search_pages_past_the_page_size_and_escapes_filters(directory: Directory,
-                                                                   base: str, slapd: Slapd):  # noqa: F811
+                                                                   base: str, slapd: Slapd):
     names = [f"g{i:03d}" for i in range(520)] + ["star*(paren)"]
     slapd.ldapadd("\n".join(f"dn: cn={escape_dn_value(n)},{base}\nobjectClass: groupOfMembers\n"
                             f"cn: {n}\n" for n in names))
@@ -280,7 +279,7 @@ async def test_search_pages_past_the_page_size_and_escapes_filters(directory: Di
 
 
 async def test_check_bind_with_a_yescrypt_password(directory: Directory, base: str,
-                                                   slapd: Slapd):  # noqa: F811
+                                                   slapd: Slapd):
     dn = f"uid=binder,{base}"
     await directory.add(dn, {
         "objectClass": ["top", "inetOrgPerson", "posixAccount"], "uid": ["binder"],
@@ -294,6 +293,6 @@ async def test_check_bind_with_a_yescrypt_password(directory: Directory, base: s
     assert caught.value.code == "auth"
 
 
-async def test_config_password_is_a_secret(slapd: Slapd):  # noqa: F811
+async def test_config_password_is_a_secret(slapd: Slapd):
     cfg = config_for(slapd)
     assert isinstance(cfg.password, SecretStr) and "secret" not in repr(cfg)

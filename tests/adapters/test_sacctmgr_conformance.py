@@ -30,7 +30,6 @@ import pytest
 from cheeto_like.models.slurm import walltime_minutes
 from cheeto_like.sync.slurm_state import parse_mem, render_mem
 from cheeto_like.sync.slurm_state import parse_tres as parse_tres_cell
-from tests.services.fixtures import slurm_accounting  # noqa: F401
 from tests.services.slurm import SlurmAccounting
 
 Proc = subprocess.CompletedProcess[str]
@@ -131,7 +130,7 @@ class Mgr:
 
 
 @pytest.fixture
-def mgr(slurm_accounting: SlurmAccounting) -> Mgr:  # noqa: F811
+def mgr(slurm_accounting: SlurmAccounting) -> Mgr:
     return Mgr(slurm_accounting)
 
 
@@ -1140,7 +1139,7 @@ def test_without_i_writes_and_some_reads_prompt(mgr: Mgr) -> None:
 
 
 def test_unreachable_slurmdbd_fails_fast_with_rc_1(
-    slurm_accounting: SlurmAccounting,  # noqa: F811
+    slurm_accounting: SlurmAccounting,
     tmp_path: Path,
 ) -> None:
     conf = tmp_path / "slurm.conf"
@@ -1176,7 +1175,7 @@ def test_call_latency_with_the_nodelay_shim(mgr: Mgr) -> None:
     assert failing < 0.25, failing
 
 
-def test_sudo_n_fails_fast_without_a_password(slurm_accounting: SlurmAccounting) -> None:  # noqa: F811
+def test_sudo_n_fails_fast_without_a_password(slurm_accounting: SlurmAccounting) -> None:
     sudo = shutil.which("sudo")
     if sudo is None:
         # Not installed: the reconciler sees FileNotFoundError and must report it as such.

@@ -19,13 +19,12 @@ from cheeto_like.operations.user import RemoveUserAccess, SetUserStatus
 from cheeto_like.sync.audit import run_audit
 from cheeto_like.sync.slurm_actual import SAcctMgrReader
 from tests.factories import AUTHOR, make_group, make_user
-from tests.services.fixtures import slapd, slurm_accounting  # noqa: F401
 from tests.services.fixtures_people import mail_config
 from tests.sync.test_ldap_sync import Lab
 
 
 @pytest.fixture
-async def world(db, slapd, slurm_accounting):  # noqa: F811
+async def world(db, slapd, slurm_accounting):
     """One site in LDAP (synced) and in slurmdbd, with one of each problem."""
     lab = Lab(db, slapd)
     await lab.make_sites()

@@ -15,7 +15,6 @@ from ruamel.yaml import YAML
 from cheeto_like.config import SKELETON, LDAPConfig
 from cheeto_like.models import SyncRun
 from tests.factories import ED25519_KEY, make_group, make_site, make_user
-from tests.services.fixtures import slapd  # noqa: F401
 from tests.services.ldap import Slapd
 from tests.sync.test_ldap_sync import Lab
 
@@ -37,7 +36,7 @@ def ldap_block(lab: Lab, **overrides: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def setup(db, slapd: Slapd, cli_config: Path, tmp_path: Path):  # noqa: F811
+async def setup(db, slapd: Slapd, cli_config: Path, tmp_path: Path):
     lab = Lab(db, slapd)
     await make_site(db, lab.site)
     alice = lab.name("alice")

@@ -8,7 +8,6 @@ import itertools
 import pytest
 
 from cheeto_like.models import History, SlurmAllocation, SlurmAssociation, SlurmQOS
-from tests.services.fixtures import slurm_accounting  # noqa: F401
 from tests.services.slurm import SlurmAccounting
 
 _n = itertools.count(1)
@@ -133,7 +132,7 @@ async def test_site_sticky_slurm_and_default(cli, farm):
 
 
 @pytest.fixture
-def slurm_env(slurm_accounting: SlurmAccounting, monkeypatch):  # noqa: F811
+def slurm_env(slurm_accounting: SlurmAccounting, monkeypatch):
     """The CLI finds sacctmgr through the environment, as on a head node."""
     for key, value in slurm_accounting.env.items():
         monkeypatch.setenv(key, value)

@@ -33,7 +33,6 @@ from cheeto_like.queries.exports import sympa_emails, sympa_text
 from cheeto_like.store import Store
 from tests.conftest import module_database, seed_access_status, wipe
 from tests.factories import AUTHOR, ED25519_KEY, make_group, make_site, make_user
-from tests.services.fixtures import rabbitmq, slapd, slurm_accounting  # noqa: F401
 from tests.services.ldap import Slapd
 from tests.services.rabbitmq import RabbitMQ
 from tests.services.slurm import SlurmAccounting
@@ -110,7 +109,7 @@ class Daemon:
 
 
 @pytest.fixture(scope="module")
-def daemon(rabbitmq: RabbitMQ, slapd: Slapd, mongo_config, request,  # noqa: F811
+def daemon(rabbitmq: RabbitMQ, slapd: Slapd, mongo_config, request,
            tmp_path_factory: pytest.TempPathFactory) -> Daemon:
     base = tmp_path_factory.mktemp("celery")
     ldap = {"servers": [slapd.uri], "searchbase": slapd.suffix,
@@ -122,7 +121,7 @@ def daemon(rabbitmq: RabbitMQ, slapd: Slapd, mongo_config, request,  # noqa: F81
 
 
 @pytest.fixture(scope="module")
-async def farm(store: Store, slurm_accounting: SlurmAccounting,  # noqa: F811
+async def farm(store: Store, slurm_accounting: SlurmAccounting,
                daemon: Daemon) -> AsyncIterator[Store]:
     """Site farm (cluster dmnfarm) with a lab of two users in partition gpu, a key, and a
     clone of a bare puppet origin."""
@@ -152,7 +151,7 @@ async def farm(store: Store, slurm_accounting: SlurmAccounting,  # noqa: F811
 
 @pytest.fixture(scope="module")
 def workers(daemon: Daemon, farm: Store,
-            slurm_accounting: SlurmAccounting) -> Iterator[dict[str, DaemonProcess]]:  # noqa: F811
+            slurm_accounting: SlurmAccounting) -> Iterator[dict[str, DaemonProcess]]:
     logs = daemon.base
     procs = {
         HUB: DaemonProcess(["worker"], daemon.path, logs / "hub.log"),
@@ -194,7 +193,7 @@ def assoc_users(slurm: SlurmAccounting) -> set[str]:
 
 
 async def test_enqueue_slurm_sync_runs_on_the_site_worker_and_lands_in_taskmeta(
-        cli, daemon, farm, workers, slurm_accounting):  # noqa: F811
+        cli, daemon, farm, workers, slurm_accounting):
     r = await enqueue(cli, daemon, "slurm_sync", "--site", SITE, "--wait", "--timeout", "60")
     assert r.code == 0, r.stderr
     [row] = r.json()
@@ -240,7 +239,7 @@ async def test_hub_tasks_never_run_on_a_site_worker(daemon, farm, workers):
 
 
 async def test_two_workers_racing_on_one_site_make_exactly_one_run(
-        daemon, farm, workers, slurm_accounting):  # noqa: F811
+        daemon, farm, workers, slurm_accounting):
     await make_user(farm, "dmn2", site=SITE, access=["login-ssh", "slurm"])
     await AddGroupMember.run(farm, AUTHOR, group=LAB, user="dmn2", site=SITE)
     runs_before = await SyncRun.find({"target": "slurm", "site": SITE}).count()
@@ -290,7 +289,7 @@ async def test_a_lease_held_elsewhere_skips_but_a_dead_holders_lease_is_taken_ov
 
 
 async def test_a_worker_killed_mid_task_loses_nothing(daemon, farm, workers,
-                                                      slurm_accounting):  # noqa: F811
+                                                      slurm_accounting):
     """Late acks: the killed child's message goes back to the queue, and the redelivered
     run clears the dead child's task and reconciler leases instead of being skipped."""
     await make_user(farm, "dmn4", site=SITE, access=["login-ssh", "slurm"])
@@ -325,7 +324,7 @@ async def test_a_worker_killed_mid_task_loses_nothing(daemon, farm, workers,
 
 
 async def test_a_guard_trip_is_a_failure_in_taskmeta(cli, daemon, farm, workers,
-                                                     slurm_accounting):  # noqa: F811
+                                                     slurm_accounting):
     slurm_accounting.sacctmgr("-i", "add", "user", "dmnx", f"account={LAB}",
                               f"cluster={CLUSTER}", "partition=gpu")  # hand-made drift
     daemon.write(slurm_sync={"max_deletions": 0})
@@ -352,7 +351,7 @@ async def test_a_guard_trip_is_a_failure_in_taskmeta(cli, daemon, farm, workers,
 
 
 async def test_a_sync_whose_commands_fail_is_a_failure_after_recording_its_run(
-        cli, daemon, farm, workers, slurm_accounting):  # noqa: F811
+        cli, daemon, farm, workers, slurm_accounting):
     await make_user(farm, "dmn3", site=SITE, access=["login-ssh", "slurm"])
     await AddGroupMember.run(farm, AUTHOR, group=LAB, user="dmn3", site=SITE)
     daemon.write(slurm_sync={"timeout_seconds": 0.5})
@@ -460,7 +459,7 @@ async def test_request_escalate_runs_on_the_hub_and_escalates_once(cli, daemon, 
 
 
 async def test_ldap_sync_projects_the_site_into_the_directory(cli, daemon, farm, workers,
-                                                              slapd):  # noqa: F811
+                                                              slapd):
     r = await enqueue(cli, daemon, "ldap_sync", "--site", SITE, "--wait")
     assert r.code == 0, r.stderr
     [row] = r.json()

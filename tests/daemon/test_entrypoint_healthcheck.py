@@ -15,7 +15,6 @@ from cheeto_like.config import ApiConfig, Config
 from cheeto_like.daemon.health import Role, detect_role, probe_url, role_config
 from tests.daemon.test_api_live import KEY, Server, write_config
 from tests.services._proc import free_port
-from tests.services.fixtures import rabbitmq  # noqa: F401
 
 CHEETO = str(Path(sys.executable).parent / "cheeto")
 
@@ -100,7 +99,7 @@ def write_yaml(path: Path, text: str) -> Path:
     return path
 
 
-def test_worker_role_checks_store_and_broker(mongo_config, rabbitmq, tmp_path):  # noqa: F811
+def test_worker_role_checks_store_and_broker(mongo_config, rabbitmq, tmp_path):
     import json
 
     mongo = json.dumps({"default": store_block(mongo_config)})

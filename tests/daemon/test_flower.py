@@ -33,7 +33,6 @@ from cheeto_like.daemon.flower import (
 from cheeto_like.errors import InvalidInput
 from tests.conftest import module_database
 from tests.services._proc import free_port, kill_procs, log_tails, spawn, wait_for
-from tests.services.fixtures import rabbitmq  # noqa: F401
 from tests.services.rabbitmq import RabbitMQ
 
 CHEETO = str(Path(sys.executable).parent / "cheeto")
@@ -224,7 +223,7 @@ def start_flower(procs: list[Proc], config: Path, tmp: Path, *args: str) -> str:
     return url
 
 
-def test_flower_shows_the_worker_behind_basic_auth(rabbitmq, mongo_config, request,  # noqa: F811
+def test_flower_shows_the_worker_behind_basic_auth(rabbitmq, mongo_config, request,
                                                    tmp_path, procs):
     config = write_config(tmp_path / "config.yaml", mongo_config, module_database(request),
                           rabbitmq.vhost_url(module_database(request)))

@@ -26,7 +26,6 @@ from cheeto_like.operations.notify import send_alert_digest
 from tests.audit.conftest import chat, chat_server  # noqa: F401
 from tests.conftest import module_database
 from tests.factories import AUTHOR, make_site, make_user
-from tests.services.fixtures import rabbitmq, slurm_cluster  # noqa: F401
 from tests.services.fixtures_people import mail_config, mailbox, smtp_server  # noqa: F401
 from tests.services.rabbitmq import RabbitMQ
 from tests.services.slurm_cluster import SlurmCluster, ensure_unix_user
@@ -61,7 +60,7 @@ def test_beat_schedules_the_monitor_per_site_and_the_audit_weekly():
 
 
 @pytest.fixture
-async def held(db, slurm_cluster: SlurmCluster, monkeypatch):  # noqa: F811
+async def held(db, slurm_cluster: SlurmCluster, monkeypatch):
     """Site farm on the live cluster with one job held by MaxJobs=1."""
     slurm_cluster.reset()
     for key, value in slurm_cluster.env.items():
@@ -119,7 +118,7 @@ async def test_audit_body_delivers_or_fails(db, chat):  # noqa: F811
 
 
 async def test_cluster_monitor_runs_through_rabbitmq_on_the_site_worker(
-        db, held, rabbitmq: RabbitMQ, mongo_config, request, tmp_path):  # noqa: F811
+        db, held, rabbitmq: RabbitMQ, mongo_config, request, tmp_path):
     from cheeto_like.config import load_config
     from cheeto_like.daemon.app import make_app
 

@@ -10,7 +10,6 @@ import pytest
 
 from cheeto_like.daemon.app import make_app, worker_argv
 from tests.conftest import module_database
-from tests.services.fixtures import rabbitmq  # noqa: F401
 from tests.services.rabbitmq import RabbitMQ
 
 from .celery_harness import DaemonProcess, mongo_block, node, wait_until_consuming, write_config
@@ -19,7 +18,7 @@ NAME = "conc-hub@%h"
 
 
 @pytest.fixture(scope="module")
-def config(rabbitmq: RabbitMQ, mongo_config, request,  # noqa: F811
+def config(rabbitmq: RabbitMQ, mongo_config, request,
            tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("concurrency")
     return write_config(base / "config.yaml", mongo_block(mongo_config, module_database(request)),

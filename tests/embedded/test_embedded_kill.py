@@ -39,7 +39,8 @@ def writer(data_dir: Path, *args: str) -> subprocess.Popen[str]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
-    embedded = EmbeddedServer(EmbeddedStoreConfig(path=tmp_path_factory.mktemp("kill") / "s"))
+    embedded = EmbeddedServer(EmbeddedStoreConfig(path=tmp_path_factory.mktemp("kill") / "s"),
+                              exit_with=os.getpid())
     embedded.start_background()
     try:
         setup = writer(embedded.data_dir, "setup")
@@ -134,3 +135,30 @@ def test_killed_writers_leave_all_or_nothing(server: EmbeddedServer) -> None:
         assert db.users.count_documents({"name": "postkill"}) == 1
         assert db.history.count_documents({"op": "create_user"}) == 1
     assert outcome(server, "postkill-never") == "none"
+
+
+def test_a_store_started_for_a_process_stops_when_that_process_is_killed(
+        tmp_path: Path) -> None:
+    """``exit_with``: the test session's (or a bench's) throwaway store does not outlive
+    a SIGKILLed pytest; a store started without it stays up (the CLI's autostart)."""
+    import time
+
+    owner = subprocess.Popen(["sleep", "300"])
+    followed = EmbeddedServer(EmbeddedStoreConfig(path=tmp_path / "followed"),
+                              exit_with=owner.pid)
+    free = EmbeddedServer(EmbeddedStoreConfig(path=tmp_path / "free"))
+    pid = followed.start_background()
+    free.start_background()
+    try:
+        assert followed.is_up() and "--exit-with" in followed.command()
+        owner.kill()
+        owner.wait()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and EmbeddedServer._alive(pid):
+            time.sleep(0.1)
+        assert not EmbeddedServer._alive(pid) and not followed.is_up()
+        assert free.is_up()
+    finally:
+        owner.kill()
+        followed.stop()
+        free.stop()

@@ -29,7 +29,6 @@ from cheeto_like.models import (
 )
 from tests.factories import ED25519_KEY, ED25519_KEY_2
 from tests.migrate.ldif import Tree, ldap_block
-from tests.services.fixtures import slapd, slurm_accounting  # noqa: F401
 from tests.services.ldap import Slapd
 from tests.services.slurm import SlurmAccounting
 
@@ -38,7 +37,7 @@ HASH = "$y$j9T$abcdefghijklmnopqrstu.$0123456789abcdefghijklmnopqrstuvwxyzABCDE"
 
 
 @pytest.fixture
-def slurm_env(slurm_accounting: SlurmAccounting, monkeypatch):  # noqa: F811
+def slurm_env(slurm_accounting: SlurmAccounting, monkeypatch):
     for key, value in slurm_accounting.env.items():
         monkeypatch.setenv(key, value)
     return slurm_accounting
@@ -58,7 +57,7 @@ class Names:
         return cls(f"adfarm{k}", f"ad{k}", f"ou=adoptpeople{k}")
 
 
-def ldap_config(n: Names, slapd: Slapd, cli_config: Path, target: Path) -> Path:  # noqa: F811
+def ldap_config(n: Names, slapd: Slapd, cli_config: Path, target: Path) -> Path:
     yaml = YAML(typ="safe")
     data = yaml.load(cli_config.read_text())
     data["ldap"] = {"default": ldap_block(slapd, f"{n.people},{slapd.suffix}")}
@@ -67,7 +66,7 @@ def ldap_config(n: Names, slapd: Slapd, cli_config: Path, target: Path) -> Path:
     return target
 
 
-def ldif(n: Names, slapd: Slapd) -> str:  # noqa: F811
+def ldif(n: Names, slapd: Slapd) -> str:
     """The directory as an admin built it: people, the site's groups, automount maps."""
     t = Tree(slapd.suffix, n.people, n.site)
     a, b, c = f"{n.p}alice", f"{n.p}bob", f"{n.p}carol"
@@ -107,7 +106,7 @@ def seed_slurm(n: Names, slurm: SlurmAccounting) -> None:
 
 
 @pytest.fixture
-async def cluster(empty_db, cli, slurm_env, slapd, cli_config,  # noqa: F811
+async def cluster(empty_db, cli, slurm_env, slapd, cli_config,
                   tmp_path) -> tuple[Path, Names]:
     n = Names.fresh()
     seed_slurm(n, slurm_env)

@@ -12,7 +12,6 @@ from ruamel.yaml import YAML
 from tests.factories import ED25519_KEY, ED25519_KEY_2
 from tests.migrate.ldif import Tree, ldap_block
 from tests.migrate.reference_dump import HASH, build
-from tests.services.fixtures import slapd, slurm_accounting  # noqa: F401
 from tests.services.ldap import Slapd
 from tests.services.slurm import SlurmAccounting
 
@@ -22,7 +21,7 @@ LAB = f"{P}lab"
 
 
 @pytest.fixture
-def slurm_env(slurm_accounting: SlurmAccounting, monkeypatch):  # noqa: F811
+def slurm_env(slurm_accounting: SlurmAccounting, monkeypatch):
     for key, value in slurm_accounting.env.items():
         monkeypatch.setenv(key, value)
     return slurm_accounting
@@ -90,7 +89,7 @@ def reference_directory(t: Tree, p: str, lab: str) -> str:
     ])
 
 
-async def test_import_then_ldap_sync_site_plans_nothing(empty_db, cli, slapd: Slapd,  # noqa: F811
+async def test_import_then_ldap_sync_site_plans_nothing(empty_db, cli, slapd: Slapd,
                                                          cli_config, tmp_path):
     site, p, lab = "migldap", "ml", "mllab"
     dump = build(site=site, lab=lab, prefix=p)

@@ -19,14 +19,15 @@ from beanie import BackLink, Link, PydanticObjectId
 from bson import DBRef, ObjectId
 from pydantic import BaseModel
 
-from cheeto_like.models import ALL_MODELS, SyncLease
+from cheeto_like.models import ALL_MODELS, SyncLease, SyncStep
 from cheeto_like.models.base import BaseDoc
 from cheeto_like.models.references import GROUP_REFERENCES, USER_REFERENCES
 
 USER_REF_NAMES = {"user", "owner", "coordinators", "target_user", "author"}
 GROUP_REF_NAMES = {"group", "account", "sticky", "default_account", "target_groups"}
 FORBIDDEN = (Link, BackLink, PydanticObjectId, ObjectId, DBRef)
-NATURAL_KEY_IDS = {SyncLease}  # ``_id`` is ``<target>:<site>``, given by the caller
+# ``_id`` given by the caller: ``<target>:<site>``, ``<run id>:<item index>``
+NATURAL_KEY_IDS = {SyncLease, SyncStep}
 
 
 def leaf_types(annotation: Any) -> list[Any]:

@@ -12,12 +12,11 @@ from cheeto_like.adapters.squeue import Squeue
 from cheeto_like.operations.quota import AdjustUsage, SetQuota
 from cheeto_like.sync.cluster_monitor import judge, read_snapshot
 from tests.factories import AUTHOR, make_site, make_user
-from tests.services.fixtures import slurm_cluster  # noqa: F401
 from tests.services.slurm_cluster import SlurmCluster, ensure_unix_user
 
 
 @pytest.fixture
-async def farm(db, slurm_cluster: SlurmCluster, monkeypatch):  # noqa: F811
+async def farm(db, slurm_cluster: SlurmCluster, monkeypatch):
     """Site ``farm`` on the live cluster; the CLI finds Slurm through the environment."""
     slurm_cluster.reset()
     for key, value in slurm_cluster.env.items():

@@ -23,7 +23,6 @@ from cheeto_like.operations.usage import collect
 from cheeto_like.queries.quota import quota_status, reservations
 from cheeto_like.queries.usage import factor_table
 from tests.factories import AUTHOR, make_site, make_user
-from tests.services.fixtures import slurm_cluster  # noqa: F401
 from tests.services.fixtures_people import mail_config, mailbox, smtp_server  # noqa: F401
 from tests.services.slurm_cluster import SlurmCluster, ensure_unix_user
 
@@ -31,7 +30,7 @@ USER = "usagealice"
 
 
 @pytest.fixture
-async def farm(db, slurm_cluster: SlurmCluster):  # noqa: F811
+async def farm(db, slurm_cluster: SlurmCluster):
     slurm_cluster.reset()
     ensure_unix_user(USER)
     slurm_cluster.sacctmgr("-i", "add", "account", "lab", "cluster=farm")
@@ -81,10 +80,11 @@ def wait_in_sacct(cluster: SlurmCluster, job_ids: list[str], timeout: float = 30
 
 
 async def test_collect_equals_sacct_and_a_second_collect_writes_nothing(
-        farm, slurm_cluster):  # noqa: F811
+        farm, slurm_cluster):
     cluster = slurm_cluster
     await SetGpuFactor.run(farm, AUTHOR, site="farm", gpu_type="a100", factor=2.5)
-    since = utcnow() - timedelta(minutes=1)
+    # not before the farm fixture's reset(): jobs of earlier live modules are in sacct too
+    since = max(utcnow() - timedelta(minutes=1), cluster.quiet_since)
     ids = run_jobs(cluster)
     wait_in_sacct(cluster, ids)
     until = utcnow() + timedelta(seconds=5)
@@ -113,7 +113,7 @@ async def test_collect_equals_sacct_and_a_second_collect_writes_nothing(
 
 
 async def test_cli_collect_moves_the_watermark_and_quota_show_reads_squeue(
-        farm, slurm_cluster, cli, monkeypatch):  # noqa: F811
+        farm, slurm_cluster, cli, monkeypatch):
     cluster = slurm_cluster
     for key, value in cluster.env.items():
         monkeypatch.setenv(key, value)
@@ -150,7 +150,7 @@ async def test_cli_collect_moves_the_watermark_and_quota_show_reads_squeue(
 
 
 async def test_the_daemon_task_body_collects_and_returns_a_json_summary(
-        farm, slurm_cluster, monkeypatch):  # noqa: F811
+        farm, slurm_cluster, monkeypatch):
     import json
 
     from cheeto_like.config import Config, UsageCollectTask

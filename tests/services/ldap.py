@@ -70,6 +70,13 @@ def _suffix_entry(suffix: str) -> str:
     return f"dn: {suffix}\n{lines}{extra}"
 
 
+def _dn_of(line: str) -> str:
+    """The DN of an LDIF `dn:` line (`dn:: ` carries it base64-encoded: non-ASCII)."""
+    if line.startswith("dn::"):
+        return base64.b64decode(line[4:].strip()).decode()
+    return line[3:].strip()
+
+
 class Slapd:
     """Throwaway slapd; after start() connect with `uri` + `root_dn`/`root_password`.
 
@@ -186,6 +193,20 @@ class Slapd:
                 shutil.rmtree(self.base, ignore_errors=True)
             atexit.unregister(self.stop)
 
+    def reset(self) -> None:
+        """Back to the initial tree: the suffix entry and `organizational_units`, empty.
+
+        The session shares one slapd and every module starts from here (the `slapd`
+        fixture), so entries another module left (users in ou=people, per-site OUs, maps)
+        are never seen. Tests leave cn=config alone; only the data tree is reset.
+        """
+        listing = self.ldapsearch(self.suffix, "(objectClass=*)", "1.1", scope="one")
+        children = [_dn_of(line) for line in listing.splitlines() if line.startswith("dn:")]
+        if children:  # the root DN is exempt from size limits, so -r reaches every entry
+            self.ldap("ldapdelete", "-r", *children)
+        if entries := self._ou_entries():
+            self.ldapadd("\n".join(entries))
+
     def __enter__(self) -> Slapd:
         return self.start()
 
@@ -252,14 +273,15 @@ access to *
     by * read
 """
 
-    def _base_ldif(self) -> str:
-        entries = [_suffix_entry(self.suffix)]
-        entries += [
+    def _ou_entries(self) -> list[str]:
+        return [
             f"dn: ou={ou},{self.suffix}\nobjectClass: top\nobjectClass: organizationalUnit\n"
             f"ou: {ou}\n"
             for ou in self.organizational_units
         ]
-        return "\n".join(entries)
+
+    def _base_ldif(self) -> str:
+        return "\n".join([_suffix_entry(self.suffix), *self._ou_entries()])
 
     def _write_files(self) -> None:
         (self.base / "slapd.conf").write_text(self._slapd_conf())

@@ -182,6 +182,25 @@ class SlurmAccounting:
                 shutil.rmtree(self.base, ignore_errors=True)
             atexit.unregister(self.stop)
 
+    def reset(self) -> None:
+        """Back to a just-started slurmdbd: no clusters, accounts, users, QOS or jobs, only
+        the default TRES.
+
+        The session shares one slurmdbd and every module starts from here (the
+        `slurm_accounting` fixture). slurmdbd is stopped and restarted on an empty
+        database rather than cleaned through sacctmgr: a removal only marks rows deleted
+        once jobs refer to them (a re-added account would come back with its old id),
+        and TRES, transactions and drift made with `sql()` would survive. munged and
+        MariaDB keep running, so this costs a fraction of a start.
+        """
+        if proc := self._procs.pop("slurmdbd", None):
+            kill_procs([proc])  # SIGKILL also ends one a failed test left frozen (SIGSTOP)
+        self.sql(f"DROP DATABASE IF EXISTS {SLURM_DB};CREATE DATABASE {SLURM_DB};", database="")
+        self.clusters.clear()
+        self._start_slurmdbd(StepTimer())
+        for tres_type, name in self.default_tres:
+            self.add_tres(tres_type, name)
+
     def __enter__(self) -> SlurmAccounting:
         return self.start()
 

@@ -33,6 +33,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ._proc import ServiceError, StepTimer, ensure_running, free_ports, kill_and_wait, run, spawn
@@ -121,6 +122,7 @@ class SlurmCluster(SlurmAccounting):
                          default_tres=tres, nodelay=nodelay, shim_cache=shim_cache)
         self.ctld_port = 0
         self.slurmd_port = 0
+        self.quiet_since = datetime.now(UTC)
 
     # ------------------------------------------------------------ bring-up hooks
 
@@ -357,34 +359,56 @@ class SlurmCluster(SlurmAccounting):
         return state
 
     def cancel_all(self) -> None:
-        """Cancel every job (tests call it to leave the one node free for the next)."""
+        """Cancel every job (tests call it to leave the one node free for the next).
+
+        Sets `quiet_since`: the next whole second after the last job left, so every job
+        that ran before (another module's too: the session shares the cluster) ended
+        before it in sacct's whole seconds. A test that counts the jobs of a time window
+        starts the window there."""
         ids = self._client(["squeue", "-h", "-o", "%i"], check=False).stdout.split()
         if ids:
             self._client(["scancel", *ids], check=False)
             self._wait(lambda: not self._client(["squeue", "-h", "-t", "R,CG", "-o", "%i"],
                                                 check=False).stdout.split(),
                        20.0, "cancelled jobs to leave the node", lambda: "")
+        self.quiet_since = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
 
     def reset(self) -> None:
-        """Back to a fresh cluster: no jobs, only root's account and user, only QOS normal.
+        """Back to a fresh cluster: no jobs, the node up, only root's account and user,
+        only QOS normal.
 
-        The session shares one cluster; each live test starts from here (unix users and
-        their uids stay, which is what slurmctld keys users by anyway)."""
+        The session shares one cluster: the `slurm_cluster` fixture resets it when a test
+        module starts, and live tests start from here too (unix users and their uids stay,
+        which is what slurmctld keys users by anyway). Users are removed first and
+        outright: slurmdbd refuses to remove an account that is still a user's default
+        ("You can not remove the default account of a user")."""
         self.cancel_all()
-        accounts = self.sacctmgr("-i", "-P", "-n", "show", "assoc", "where",
-                                 f"cluster={self.cluster_name}", "format=account").stdout
-        names = sorted({a for a in accounts.split() if a and a != "root"})
-        if names:
-            self.sacctmgr("-i", "remove", "account", "where", f"name={','.join(names)}")
-        users = self.sacctmgr("-i", "-P", "-n", "show", "assoc", "where",
-                              f"cluster={self.cluster_name}", "account=root",
-                              "format=user").stdout
-        if extra := sorted({u for u in users.split() if u and u != "root"}):
-            self.sacctmgr("-i", "remove", "user", "where", f"name={','.join(extra)}",
-                          "account=root", f"cluster={self.cluster_name}")
-        qos = self.sacctmgr("-i", "-P", "-n", "show", "qos", "format=name").stdout
-        if stale := sorted({q for q in qos.split() if q and q != "normal"}):
-            self.sacctmgr("-i", "remove", "qos", "where", f"name={','.join(stale)}")
+        self.resume_node()
+        if users := self._names("user", "root"):
+            self.sacctmgr("-i", "remove", "user", "where", f"name={','.join(users)}")
+        if accounts := self._names("account", "root"):
+            self.sacctmgr("-i", "remove", "account", "where", f"name={','.join(accounts)}")
+        if qos := self._names("qos", "normal"):
+            self.sacctmgr("-i", "remove", "qos", "where", f"name={','.join(qos)}")
+
+    def _names(self, entity: str, keep: str) -> list[str]:
+        """Every `entity` (user, account, qos) slurmdbd holds, but `keep`."""
+        field = "name" if entity == "qos" else entity
+        out = self.sacctmgr("-i", "-P", "-n", "show", entity, f"format={field}").stdout
+        return sorted({n for n in out.split() if n and n != keep})
+
+    def resume_node(self) -> None:
+        """Resume the node if a test left it drained or down (jobs would never start)."""
+        def state() -> str:  # without sinfo's flags: `idle*` is idle, not yet responding
+            out = self._client(["sinfo", "-h", "-n", "localhost", "-o", "%T"], check=False)
+            return (out.stdout.split() or ["unknown"])[0].rstrip("*~#!%$@^-+")
+
+        unavailable = ("drain", "down", "fail")
+        if not state().startswith(unavailable):
+            return
+        self.scontrol("update", "nodename=localhost", "state=resume")
+        self._wait(lambda: not state().startswith(unavailable), 20.0,
+                   "the node to be resumed", lambda: f"state: {state()}")
 
     def assoc_mgr(self, *users: str) -> str:
         """What slurmctld holds for `users` (`scontrol show assoc_mgr … flags=assoc`)."""

@@ -1,7 +1,8 @@
 """Smoke tests: each harness service does what the app's sync code will rely on.
 
-Stdlib + pytest only. The fixtures come from tests/services/conftest.py; the services are
-shared by the whole session, so every test uses its own names (clusters, uids, maps).
+Stdlib + pytest only. The fixtures come from tests/services/fixtures.py (a plugin); the
+services are shared by this module's tests, so every test uses its own names (clusters,
+uids, maps).
 """
 
 from __future__ import annotations

@@ -26,7 +26,6 @@ from cheeto_like.sync import ldap as sync
 from cheeto_like.sync.ldap_mark import read_mark
 from tests.factories import AUTHOR, make_group, make_user
 from tests.queries.test_query_count import listening
-from tests.services.fixtures import slapd  # noqa: F401
 from tests.services.ldap import Slapd
 from tests.sync.test_ldap_sync import Lab, populate
 
@@ -77,7 +76,7 @@ class CountingDirectory(Directory):
 
 
 @pytest.fixture
-async def lab(db, slapd: Slapd) -> Lab:  # noqa: F811
+async def lab(db, slapd: Slapd) -> Lab:
     lab = Lab(db, slapd)
     await lab.make_sites()
     return lab

@@ -13,13 +13,12 @@ from cheeto_like.operations.group_membership import AddGroupMember, RemoveGroupM
 from cheeto_like.operations.user import AddUserSshKey, RemoveUserSshKey
 from cheeto_like.sync.lease import lease
 from tests.factories import AUTHOR, make_group, make_user
-from tests.services.fixtures import slapd  # noqa: F401
 from tests.services.ldap import Slapd
 from tests.sync.test_ldap_sync import EVERYTHING, Lab, ed25519_key
 
 
 @pytest.fixture
-async def lab(db, slapd: Slapd) -> Lab:  # noqa: F811
+async def lab(db, slapd: Slapd) -> Lab:
     lab = Lab(db, slapd, max_deletions_per_day=8)
     await lab.make_sites()
     return lab

@@ -45,7 +45,6 @@ from tests.factories import (
     make_user,
     reload_user,
 )
-from tests.services.fixtures import slapd  # noqa: F401
 from tests.services.ldap import Slapd
 
 _n = itertools.count(1)
@@ -185,7 +184,7 @@ async def add_mount(lab: Lab, name: str, category: str, owner: str, group: str, 
 
 
 @pytest.fixture
-async def lab(db, slapd: Slapd) -> Lab:  # noqa: F811
+async def lab(db, slapd: Slapd) -> Lab:
     lab = Lab(db, slapd)
     await lab.make_sites()
     return lab
@@ -234,7 +233,7 @@ async def test_bootstrap_is_idempotent(lab: Lab):
     assert lab.dump() == before
 
 
-async def test_bootstrap_needs_the_access_and_status_groups(empty_db, slapd: Slapd):  # noqa: F811
+async def test_bootstrap_needs_the_access_and_status_groups(empty_db, slapd: Slapd):
     lab = Lab(empty_db, slapd)
     await lab.make_sites()
     with pytest.raises(InvalidInput, match="seed-access-status"):
@@ -309,7 +308,7 @@ async def test_entries_match_the_model_and_a_second_run_writes_nothing(lab: Lab)
 
 
 async def test_a_synced_user_binds_with_the_password_set_through_the_cli(
-        db, slapd: Slapd, cli, cli_config, tmp_path):  # noqa: F811
+        db, slapd: Slapd, cli, cli_config, tmp_path):
     from ruamel.yaml import YAML
 
     lab = Lab(db, slapd)
@@ -434,7 +433,7 @@ async def test_a_mid_run_edit_stays_dirty(lab: Lab):
 # -- isolation, dry run, cap ---------------------------------------------------------------------
 
 
-async def test_sites_are_isolated(db, slapd: Slapd):  # noqa: F811
+async def test_sites_are_isolated(db, slapd: Slapd):
     lab = Lab(db, slapd, sites=2)
     await lab.make_sites()
     a, b = lab.sites
@@ -504,7 +503,7 @@ async def test_a_prune_over_the_cap_fails_the_run_and_writes_nothing(lab: Lab):
     assert (await lab.sync(max_deletions=3, full=True)).writes == {"delete": 3}
 
 
-async def test_an_unreachable_server_or_a_wrong_password_writes_nothing(db, slapd: Slapd):  # noqa: F811
+async def test_an_unreachable_server_or_a_wrong_password_writes_nothing(db, slapd: Slapd):
     import socket
 
     with socket.socket() as sock:
@@ -560,7 +559,7 @@ async def test_a_user_who_leaves_a_site_leaves_its_groups(lab: Lab):
     assert (await lab.sync()).plan.is_empty
 
 
-async def test_system_users_root_keys_do_not_depend_on_sync_order(db, slapd: Slapd):  # noqa: F811
+async def test_system_users_root_keys_do_not_depend_on_sync_order(db, slapd: Slapd):
     lab = Lab(db, slapd, sites=2)
     await lab.make_sites()
     a, b = lab.sites
@@ -661,7 +660,7 @@ async def test_force_recreates_and_counts_as_deletions(lab: Lab):
     assert lab.entry(dn)["entryUUID"] != uuid  # type: ignore[index]
 
 
-async def test_concurrent_writes_give_the_same_directory(db, slapd: Slapd):  # noqa: F811
+async def test_concurrent_writes_give_the_same_directory(db, slapd: Slapd):
     dumps = []
     for concurrency in (1, 6):
         lab = Lab(db, slapd)

@@ -1,4 +1,5 @@
-"""Which ``running`` SyncRuns are stale, what closing them keeps, and how the daily
+"""Which ``running`` SyncRuns are stale, what closing them keeps (their ``SyncStep``
+documents folded into their items), who reads a running run's steps, and how the daily
 budget reads past runs (sync.runs), on the real store."""
 
 from __future__ import annotations
@@ -10,12 +11,20 @@ from datetime import timedelta
 import pytest
 
 from cheeto_like.errors import GuardTripped
-from cheeto_like.models import SyncRun
+from cheeto_like.models import SyncRun, SyncStep
 from cheeto_like.models.fields import utcnow
 from cheeto_like.models.sync import SyncItem
 from cheeto_like.queries.alerts import build_digest
+from cheeto_like.queries.sync_runs import live_items
 from cheeto_like.sync.lease import holder_name, lease
-from cheeto_like.sync.runs import check_budget, close_stale_runs, removed_recently
+from cheeto_like.sync.runs import (
+    RunJournal,
+    check_budget,
+    close_stale_runs,
+    removed_recently,
+)
+from cheeto_like.sync.slurm_why import _last_sync
+from cheeto_like.web.dashboard.pages_operator import runs_context
 
 
 async def dead_holder() -> str:
@@ -63,6 +72,68 @@ async def test_a_crashed_run_keeps_its_items_and_counts_what_may_have_run(db):
     digest = await build_digest(db, since=utcnow() - timedelta(hours=1), now=utcnow(),
                                 stuck_after=timedelta(hours=2))
     assert [p.id for p in digest.sync_failures] == [run.id]
+
+
+async def test_a_crashed_run_folds_its_step_documents_into_its_items(db):
+    """The apply writes its plan once, then each command's progress as a ``SyncStep``;
+    the closure of a dead holder's run merges the steps into the items (what ran, what
+    was in flight), counts their removals against the budget and drops the steps."""
+    planned = [SyncItem(batch="delete associations", command=f"remove {c}", removals=r)
+               for c, r in (("a", 3), ("b", 2), ("c", 1), ("d", 4))]
+    run = SyncRun(target="slurm", site="farm", apply=True, holder=await dead_holder(),
+                  lease="slurm:farm")
+    await run.insert()
+    other = SyncRun(target="slurm", site="hive", apply=True, holder=holder_name())
+    await other.insert()
+    journal, theirs = RunJournal(db, run), RunJournal(db, other)
+    await journal.write(planned)
+    await theirs.write([SyncItem(batch="add accounts", command="add x")])
+    planned[0].outcome, planned[0].detail = "ok", "0.10s"
+    planned[1].outcome = "failed"
+    planned[2].outcome = "started"
+    await journal.steps([0, 1])
+    await journal.steps([2])
+    theirs.items[0].outcome = "started"
+    await theirs.steps([0])
+    back = await SyncRun.get(run.id)
+    assert [i.outcome for i in back.items] == ["planned"] * 4  # the plan, written once
+    assert [i.outcome for i in await live_items(back)] == ["ok", "failed", "started",
+                                                           "planned"]
+    assert await removed_recently("slurm", "farm") == 0  # counted once closed
+
+    assert await close_stale_runs(db) == [run.id]
+    closed = await SyncRun.get(run.id)
+    assert closed.status == "crashed" and "in flight: remove c" in closed.error
+    assert [(i.outcome, i.detail) for i in closed.items] == [
+        ("ok", "0.10s"), ("failed", ""), ("started", ""), ("planned", "")]
+    assert closed.counts["removed"] == 4  # ok (3) + started (1); failed removed nothing
+    assert await removed_recently("slurm", "farm") == 4
+    assert await live_items(closed) == closed.items
+    assert await SyncStep.find({"run": run.id}).count() == 0
+    # a live run's steps are left alone
+    assert [i.outcome for i in await live_items(await SyncRun.get(other.id))] == ["started"]
+    assert await SyncStep.find({"run": other.id}).count() == 1
+
+
+async def test_the_dashboard_and_slurm_why_see_a_running_runs_steps(db):
+    """The runs page (and its drift list) and ``slurm why``'s last sync read a running
+    apply's outcomes from its steps, not the plan its items still hold."""
+    planned = [SyncItem(batch="add associations", command=f"add user {u}",
+                        targets=[f"{u}@lab"]) for u in ("ann", "bo", "cy")]
+    run = SyncRun(target="slurm", site="farm", apply=True, holder=holder_name())
+    await run.insert()
+    journal = RunJournal(db, run)
+    await journal.write(planned)
+    planned[0].outcome, planned[1].outcome = "ok", "started"
+    await journal.steps([0, 1])
+
+    context = await runs_context("farm")
+    [shown] = context["runs"]
+    assert [i.outcome for i in shown.items] == ["ok", "started", "planned"]
+    assert [d["item"].command for d in context["drift"]] == ["add user cy"]
+    why = await _last_sync("farm", "bo")
+    assert why is not None and why["status"] == "running"
+    assert [c["outcome"] for c in why["commands_for_user"]] == ["started"]
 
 
 async def test_the_budget_counts_applied_runs_of_the_last_24_hours_at_that_site(db):

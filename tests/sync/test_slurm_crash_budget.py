@@ -1,9 +1,11 @@
 """A crashed Slurm apply against the real slurmdbd, and the rolling deletion budget.
 
 - A ``cheeto ng slurm sync --apply`` subprocess killed with SIGKILL mid-apply leaves its
-  SyncRun showing which commands ran (write-ahead items), the status view closes it as
-  ``crashed``, and the next apply takes over within seconds of the (short) lease's
-  expiry and converges the cluster.
+  SyncRun showing which commands ran (write-ahead items and steps), the status view
+  closes it as ``crashed`` with the steps folded into its items, and the next apply takes
+  over within seconds of the (short) lease's expiry and converges the cluster.
+- The write-ahead journal is linear: the plan is written once, then each command costs
+  one write of two small step documents, whatever the plan's size.
 - A held lease is exit 1 (``Busy``), one line, not exit 2.
 - Three runs of 40 removals under a budget of 50 a day: the second is refused before any
   write, with one line naming the numbers and ``--allow-deletions``; the override works
@@ -24,22 +26,26 @@ import time
 from pathlib import Path
 from typing import Any
 
+import bson
 import pytest
+from pymongo import monitoring
 from ruamel.yaml import YAML
 
 from cheeto_like.adapters.sacctmgr import Result, SAcctMgr
 from cheeto_like.errors import GuardTripped
-from cheeto_like.models import SyncLease, SyncRun
+from cheeto_like.models import SyncLease, SyncRun, SyncStep
 from cheeto_like.models.fields import utcnow
 from cheeto_like.operations import slurm as slurm_ops
 from cheeto_like.operations.group_membership import AddGroupMember
 from cheeto_like.operations.user import SetUserStatus
+from cheeto_like.queries.sync_runs import live_items
 from cheeto_like.sync.lease import lease
+from cheeto_like.sync.runs import RunJournal, close_stale_runs
 from cheeto_like.sync.slurm import apply_plan, sync_site
 from cheeto_like.sync.slurm_actual import SAcctMgrReader
 from cheeto_like.sync.slurm_plan import Batch, Command, Plan
 from tests.factories import AUTHOR, make_group, make_site, make_user
-from tests.services.fixtures import slurm_accounting  # noqa: F401
+from tests.queries.test_query_count import listening
 from tests.services.slurm import SlurmAccounting
 
 CHEETO = str(Path(sys.executable).with_name("cheeto"))
@@ -47,7 +53,7 @@ _n = itertools.count(1)
 
 
 @pytest.fixture
-def slurm_env(slurm_accounting: SlurmAccounting, monkeypatch) -> SlurmAccounting:  # noqa: F811
+def slurm_env(slurm_accounting: SlurmAccounting, monkeypatch) -> SlurmAccounting:
     for key, value in slurm_accounting.env.items():
         monkeypatch.setenv(key, value)
     return slurm_accounting
@@ -94,8 +100,9 @@ async def latest_run(site: str) -> SyncRun | None:
     return await SyncRun.find({"site": site}).sort(-SyncRun.started_at).first_or_none()
 
 
-def outcomes(run: SyncRun) -> list[str]:
-    return [i.outcome for i in run.items]
+async def outcomes(run: SyncRun) -> list[str]:
+    """As they stand: a running run's outcomes are in its step documents."""
+    return [i.outcome for i in await live_items(run)]
 
 
 async def test_a_killed_apply_is_closed_as_crashed_and_the_next_one_takes_over(
@@ -104,16 +111,24 @@ async def test_a_killed_apply_is_closed_as_crashed_and_the_next_one_takes_over(
     ttl = 3
     config = config_with(cli_config, tmp_path, lease_seconds=ttl)
     log = tmp_path / "apply.log"
+    # the real sacctmgr, each write 0.3 s late: the apply is still running when the test
+    # has seen three commands done, however fast slurmdbd answers (on a quick machine
+    # the whole apply once ended before the kill)
+    slow = tmp_path / "slow-sacctmgr"
+    slow.write_text('#!/bin/sh\ncase " $* " in *" show "*|*" list "*) ;; *) sleep 0.3 ;; esac\n'
+                    'exec sacctmgr "$@"\n')
+    slow.chmod(0o755)
     with log.open("wb") as sink:
         proc = await asyncio.create_subprocess_exec(
             CHEETO, "ng", "slurm", "sync", "-s", site, "--apply", "--config", str(config),
+            "--sacctmgr", str(slow),
             stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
         run = None
         while time.monotonic() < deadline:  # kill once a few commands are recorded done
             run = await latest_run(site)
-            if run is not None and outcomes(run).count("ok") >= 3:
+            if run is not None and (await outcomes(run)).count("ok") >= 3:
                 break
             assert proc.returncode is None, log.read_text()
             await asyncio.sleep(0.05)
@@ -126,13 +141,15 @@ async def test_a_killed_apply_is_closed_as_crashed_and_the_next_one_takes_over(
             await proc.wait()
     run = await SyncRun.get(run.id)
     assert run.status == "running" and run.lease == f"slurm:{site}"
-    done = [i for i in run.items if i.outcome == "ok"]
-    assert len(done) >= 3 and "planned" in outcomes(run)  # killed before the end
+    assert {i.outcome for i in run.items} == {"planned"}  # the plan, written once
+    items = await live_items(run)
+    done = [i for i in items if i.outcome == "ok"]
+    assert len(done) >= 3 and "planned" in await outcomes(run)  # killed before the end
     # at most one command was in flight; everything before it is recorded done
-    started = [n for n, i in enumerate(run.items) if i.outcome == "started"]
+    started = [n for n, i in enumerate(items) if i.outcome == "started"]
     assert len(started) <= 1
     if started:
-        assert all(i.outcome == "ok" for i in run.items[:started[0]])
+        assert all(i.outcome == "ok" for i in items[:started[0]])
     # what the record says ran did run: each recorded coordinator exists in slurmdbd
     for item in done:
         if item.batch == "add coordinators":
@@ -148,7 +165,9 @@ async def test_a_killed_apply_is_closed_as_crashed_and_the_next_one_takes_over(
     assert row["state"] == "crashed"
     crashed = await SyncRun.get(run.id)
     assert crashed.status == "crashed" and crashed.finished_at is not None
-    assert [i.outcome for i in crashed.items] == outcomes(run)  # the record is kept
+    # the record is kept: the steps are folded into the run's items, then dropped
+    assert [i.outcome for i in crashed.items] == [i.outcome for i in items]
+    assert await SyncStep.find({"run": run.id}).count() == 0
 
     # the next apply waits only for the short lease to expire, then converges
     left = (await SyncLease.get(f"slurm:{site}")).expires_at
@@ -297,25 +316,102 @@ def test_the_jobs_active_classifier():
     assert not result(0, "").jobs_active
 
 
-async def test_write_ahead_costs_one_store_write_per_command(db):
-    class Counting:
-        def __init__(self) -> None:
-            self.seen: list[list[str]] = []
+class Updates(monitoring.CommandListener):
+    """Every ``update`` command: (collection, its statements)."""
 
-        async def write(self, items, **_: Any) -> None:
-            self.seen.append([i.outcome for i in items])
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, list[dict[str, Any]]]] = []
 
-    class Fake:
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name == "update":
+            self.seen.append((event.command["update"], list(event.command["updates"])))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+class AllOk:
+    async def run(self, args: Any, *, write: bool) -> Result:
+        return Result(tuple(args), 0, "", "", 0.0)
+
+
+async def test_write_ahead_writes_the_plan_once_then_two_small_steps_per_command(
+        db, mongo_config):
+    n, deletes = 200, 20
+    planned = Plan("c", (
+        Batch("add accounts", "add", tuple(
+            Command(("add", "account", f"a{k}"), (f"account a{k}",)) for k in range(n - deletes))),
+        Batch("delete accounts", "delete", tuple(
+            Command(("delete", "account", f"d{k}"), (f"account d{k}",))
+            for k in range(deletes)))))
+    run = SyncRun(target="slurm", site="steps", apply=True)
+    await run.insert()
+    journal = RunJournal(db, run)
+    async with listening(db, mongo_config, Updates()) as updates:
+        items = await apply_plan(planned, AllOk(), max_deletions=None, journal=journal)
+        live = await live_items(await SyncRun.get(run.id))
+        await journal.discard_steps()
+    assert [i.outcome for i in items] == ["ok"] * n
+    assert [i.removals for i in items] == [0] * (n - deletes) + [1] * deletes
+    assert [i.outcome for i in live] == ["ok"] * n  # the running run reads its steps
+    assert await SyncStep.find({"run": run.id}).count() == 0
+
+    plan_writes = [u for c, u in updates.seen if c == "sync_runs"]
+    step_writes = [u for c, u in updates.seen if c == "sync_steps"]
+    assert len(plan_writes) == 1 and len(plan_writes[0][0]["u"]["$set"]["items"]) == n
+    # one write per command (+ the last outcome): it closes the previous step and starts
+    # the next, two documents that carry none of the other items
+    assert len(step_writes) == n + 1
+    carried = [[(s["u"]["$set"]["index"], s["u"]["$set"]["outcome"]) for s in w]
+               for w in step_writes]
+    assert carried[0] == [(0, "started")] and carried[n] == [(n - 1, "ok")]
+    assert all(carried[k] == [(k - 1, "ok"), (k, "started")] for k in range(1, n))
+    assert all(set(s["u"]["$set"]) == {"run", "index", "outcome", "detail"} and s["upsert"]
+               for w in step_writes for s in w)
+    sizes = [len(bson.encode({"updates": w})) for w in step_writes[1:n]]
+    plan_size = len(bson.encode({"updates": plan_writes[0]}))
+    assert max(sizes) - min(sizes) <= 8  # only the indexes' digits differ
+    assert max(sizes) * 50 < plan_size
+
+
+async def test_a_cancelled_apply_saves_its_outcomes_so_far_and_drops_its_steps(db, slurm_env):
+    """Cancelled while a command runs (the task, not the process: a Celery revoke), the
+    run's last save keeps what ran and what was in flight, drops the steps, and the run
+    is then closed as ``crashed`` with the in-flight command named."""
+    site, _ = await seed(db, slurm_env, groups=2, coordinators=True)
+    reached = asyncio.Event()
+
+    class HangsOnThird(SAcctMgr):
+        writes = 0
+
         async def run(self, args: Any, *, write: bool) -> Result:
-            return Result(tuple(args), 0, "", "", 0.0)
+            if write:
+                HangsOnThird.writes += 1
+                if HangsOnThird.writes == 3:
+                    reached.set()
+                    await asyncio.Event().wait()
+            return await super().run(args, write=write)
 
-    planned = Plan("c", (Batch("add accounts", "add", (Command(("a",), ("account a",)),
-                                                       Command(("b",), ("account b",)))),
-                         Batch("delete accounts", "delete", (Command(("c",), ("account c",)),))))
-    journal = Counting()
-    items = await apply_plan(planned, Fake(), max_deletions=None, journal=journal)  # type: ignore[arg-type]
-    assert [i.outcome for i in items] == ["ok", "ok", "ok"]
-    assert journal.seen == [["planned", "planned", "planned"], ["started", "planned", "planned"],
-                            ["ok", "started", "planned"], ["ok", "ok", "started"],
-                            ["ok", "ok", "ok"]]
-    assert [i.removals for i in items] == [0, 0, 1]
+    runner = HangsOnThird(env=slurm_env.env, timeout=30)
+    task = asyncio.create_task(sync_site(db, site, reader=SAcctMgrReader(runner),
+                                         runner=runner, apply=True))
+    await asyncio.wait_for(reached.wait(), 60)
+    run = await latest_run(site)
+    assert (await outcomes(run))[:3] == ["ok", "ok", "started"]
+    assert await SyncStep.find({"run": run.id}).count() == 3
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    saved = await SyncRun.get(run.id)
+    assert saved.status == "running"
+    assert [i.outcome for i in saved.items][:3] == ["ok", "ok", "started"]
+    assert {i.outcome for i in saved.items[3:]} == {"planned"}
+    assert await SyncStep.find({"run": run.id}).count() == 0
+    assert await close_stale_runs(db, target="slurm", site=site) == [run.id]  # released
+    crashed = await SyncRun.get(run.id)
+    assert crashed.status == "crashed" and f"in flight: {saved.items[2].command}" in \
+        crashed.error
+    assert [i.outcome for i in crashed.items] == [i.outcome for i in saved.items]

@@ -69,3 +69,7 @@ async def test_desired_associations_follow_every_eligibility_rule(db):
     assert desired.qos[qos].flags == frozenset({"DenyOnLimit"})
     assert all(state.qos == frozenset({qos}) and state.default_qos == qos
                for state in desired.associations.values())
+    # the builder's (user, account) pairs describe exactly its rows (the plan uses them)
+    assert desired.built_pairs is not None and desired.built_pairs[0] is desired.associations
+    assert desired.user_account_pairs() == {(k.user, k.account) for k in desired.associations}
+    assert desired.users() == associated

@@ -24,7 +24,6 @@ from cheeto_like.sync.slurm import Report, sync_site
 from cheeto_like.sync.slurm_actual import Policy, SAcctMgrReader
 from cheeto_like.sync.slurm_why import explain
 from tests.factories import AUTHOR, make_group, make_site, make_user
-from tests.services.fixtures import slurm_cluster  # noqa: F401
 from tests.services.slurm_cluster import SlurmCluster, ensure_unix_user, rename_unix_user
 
 QOS = "lab-cpu-qos"
@@ -74,7 +73,7 @@ class Live:
 
 
 @pytest.fixture
-async def live(db, slurm_cluster: SlurmCluster) -> Live:  # noqa: F811
+async def live(db, slurm_cluster: SlurmCluster) -> Live:
     return Live(db, slurm_cluster)
 
 
@@ -139,7 +138,7 @@ async def test_a_renamed_user_keeps_their_default_account_in_slurmctld(live: Liv
     live.cluster.wait_finished(job)  # usermod refuses to rename a user with processes
 
 
-def test_slurm_cannot_rename_an_account(slurm_cluster: SlurmCluster):  # noqa: F811
+def test_slurm_cannot_rename_an_account(slurm_cluster: SlurmCluster):
     """So a group rename adds the new account and deletes the old (sacctmgr-notes §11)."""
     slurm_cluster.reset()
     slurm_cluster.sacctmgr("-i", "add", "account", "lvold", "cluster=farm")

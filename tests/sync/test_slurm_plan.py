@@ -49,6 +49,19 @@ def test_identical_states_plan_nothing():
     assert p.is_empty and p.processes == 0 and p.deletions == []
 
 
+def test_pairs_a_builder_recorded_hold_only_for_the_rows_they_were_made_from():
+    from dataclasses import replace
+
+    rows = {assoc("alice"): A1}
+    built = state(associations=rows, built_pairs=(rows, frozenset({("alice", "lab")})))
+    assert built.user_account_pairs() == {("alice", "lab")}
+    # other rows (a rename, a test's edit): the recorded pairs no longer describe them
+    moved = replace(built, associations={assoc("bob", "other"): A1})
+    assert moved.user_account_pairs() == {("bob", "other")} and moved.users() == {"bob"}
+    # a wrong record for these very rows would be believed: only builders set it
+    assert replace(built).user_account_pairs() == {("alice", "lab")}
+
+
 def test_batch_order_is_adds_modifies_defaults_coordinators_deletes():
     kinds = [kind for _, kind in BATCH_ORDER]
     assert kinds == ["modify", "add", "modify", "add", "modify", "add", "modify", "default",

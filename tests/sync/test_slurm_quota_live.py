@@ -29,7 +29,6 @@ from cheeto_like.sync.slurm import Report, sync_site
 from cheeto_like.sync.slurm_actual import SAcctMgrReader
 from cheeto_like.sync.slurm_why import explain
 from tests.factories import AUTHOR, make_group, make_site, make_user
-from tests.services.fixtures import slurm_cluster  # noqa: F401
 from tests.services.slurm_cluster import SlurmCluster, ensure_unix_user
 
 CPU_HELD = "AssocGrpCPUMinutesLimit"
@@ -43,19 +42,8 @@ class Site:
         self.store, self.cluster = store, cluster
         self.runner = SAcctMgr(env=cluster.env, timeout=30)
 
-    def clear(self) -> None:
-        """No jobs, and no users but root: slurmdbd refused reset()'s removal of accounts
-        (and a cluster-scoped removal of the users) after these tests with "You can not
-        remove the default account of a user"; removing the users outright works."""
-        self.cluster.cancel_all()
-        users = self.cluster.sacctmgr("-i", "-P", "-n", "show", "assoc", "where",
-                                      "cluster=farm", "format=user").stdout.split()
-        if extra := sorted({u for u in users if u and u != "root"}):
-            self.cluster.sacctmgr("-i", "remove", "user", "where", f"name={','.join(extra)}")
-        self.cluster.reset()
-
     async def build(self, groups: dict[str, list[str]]) -> Site:
-        self.clear()
+        self.cluster.reset()
         await make_site(self.store, "farm")
         for partition in ("cpu", "gpu"):
             await slurm_ops.CreateSlurmPartition.run(self.store, AUTHOR, site="farm",
@@ -123,10 +111,10 @@ def commands(report: Report) -> list[str]:
 
 
 @pytest.fixture
-async def site(db, slurm_cluster: SlurmCluster):  # noqa: F811
+async def site(db, slurm_cluster: SlurmCluster):
     made = Site(db, slurm_cluster)
     yield made
-    made.clear()  # leave a cluster the next module's reset() can empty
+    slurm_cluster.cancel_all()  # no blocked job of this test pends into the next one
 
 
 async def collect_until(site: Site, since, jobs: int, within: float = 30.0) -> None:

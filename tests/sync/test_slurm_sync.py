@@ -27,14 +27,13 @@ from cheeto_like.sync.slurm_actual import SAcctMgrReader, actual_state
 from cheeto_like.sync.slurm_desired import desired_state
 from cheeto_like.sync.slurm_plan import plan
 from tests.factories import AUTHOR, make_group, make_site, make_user
-from tests.services.fixtures import slurm_accounting  # noqa: F401
 from tests.services.slurm import SlurmAccounting
 
 _n = itertools.count(1)
 
 
 @pytest.fixture
-def slurm(slurm_accounting: SlurmAccounting) -> SlurmAccounting:  # noqa: F811
+def slurm(slurm_accounting: SlurmAccounting) -> SlurmAccounting:
     return slurm_accounting
 
 

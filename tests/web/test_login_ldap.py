@@ -12,7 +12,6 @@ import pytest
 
 from cheeto_like.config import ApiConfig, Config, LDAPConfig, MongoConfig
 from cheeto_like.daemon.api import create_api
-from tests.services.fixtures import slapd  # noqa: F401
 from tests.services.ldap import Slapd, ssha
 from tests.web.conftest import PASSWORDS
 
@@ -20,7 +19,7 @@ _n = itertools.count(1)
 
 
 @pytest.fixture
-def directory(slapd: Slapd, world) -> tuple[Slapd, str]:  # noqa: F811  # type: ignore[no-untyped-def]
+def directory(slapd: Slapd, world) -> tuple[Slapd, str]:  # type: ignore[no-untyped-def]
     """A fresh user base with alice (directory password ``dir-pw``) and olga."""
     base = f"ou=login{next(_n)},{slapd.suffix}"
     entries = [f"dn: {base}\nobjectClass: organizationalUnit\nou: {base[3:].split(',')[0]}\n"]
@@ -70,7 +69,7 @@ async def test_login_groups_restrict(directory, world, tmp_path):  # type: ignor
         assert no.status_code == 401  # right password, not in a listed group
 
 
-async def test_unreachable_directory_is_503(world, tmp_path, slapd):  # noqa: F811  # type: ignore[no-untyped-def]
+async def test_unreachable_directory_is_503(world, tmp_path, slapd):  # type: ignore[no-untyped-def]
     from tests.services._proc import free_port
 
     ldap = LDAPConfig(servers=[f"ldap://127.0.0.1:{free_port()}"], searchbase=slapd.suffix,

@@ -28,9 +28,7 @@ async def audit_run(args: argparse.Namespace) -> int:
     ctx = args.ctx
     config = ctx.config
     for path in (args.jsonl, args.markdown):  # refuse before auditing, not after
-        if path and (Path(path).expanduser().is_dir()
-                     or not Path(path).expanduser().parent.is_dir()):
-            raise InvalidInput(f"cannot write {path}: no such directory, or a directory")
+        _check_output(path)
     slurm = None if args.no_slurm else SAcctMgrReader(
         SAcctMgr(binary=args.sacctmgr, sudo=args.sudo, timeout=args.timeout))
     ldap = None if args.no_ldap else config.ldap
@@ -71,6 +69,23 @@ async def audit_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_output(path: str | None) -> None:
+    """A path that cannot name a file to write (in no directory, a directory, a NUL in it,
+    a name longer than the system allows) is bad input, found before the audit runs."""
+    if not path:
+        return
+    if "\0" in path:
+        raise InvalidInput(f"cannot write {path}: a path cannot hold a NUL character")
+    try:
+        target = Path(path).expanduser()
+        usable = not target.is_dir() and target.parent.is_dir()
+    except (OSError, ValueError) as exc:  # ENAMETOOLONG; "embedded null byte"
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InvalidInput(f"cannot write {path}: {reason}") from None
+    if not usable:
+        raise InvalidInput(f"cannot write {path}: no such directory, or a directory")
+
+
 @audit_run.args()
 def _(parser: a.Parser) -> None:
     parser.add_argument("--site", "-s", action="append", metavar="SITE",
@@ -88,6 +103,6 @@ def _(parser: a.Parser) -> None:
     parser.add_argument("--sacctmgr", metavar="PATH", default="sacctmgr",
                         help="the sacctmgr to read slurmdbd with (default: on PATH)")
     parser.add_argument("--sudo", action="store_true", help="run sacctmgr via sudo -n")
-    parser.add_argument("--timeout", type=float, default=60.0,
+    parser.add_argument("--timeout", type=a.seconds, default=60.0,
                         help="seconds each sacctmgr call may take (default 60)")
     a.output_format(parser)

@@ -27,7 +27,7 @@ def _programs(parser: a.Parser) -> None:
                         help="the sinfo program (default: sinfo on PATH)")
     parser.add_argument("--squeue", default="squeue", metavar="PATH",
                         help="the squeue program (default: squeue on PATH)")
-    parser.add_argument("--timeout", type=float, default=30.0,
+    parser.add_argument("--timeout", type=a.seconds, default=30.0,
                         help="seconds each sinfo/squeue call may take (default 30)")
 
 

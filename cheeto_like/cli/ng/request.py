@@ -122,12 +122,19 @@ def _(parser: a.Parser) -> None:
                                        "(HiPPO's account requests included)", store=True)
 async def request_list(args: argparse.Namespace) -> None:
     from ...queries.request import check_kind, request_queue
+    from ...queries.site import get_site
+    from ...queries.user import get_user
 
     ctx = args.ctx
     check_kind(args.kind)
+    # as /api/v1/requests: a site or user the store does not know is an error, not an empty
+    # queue (a group may be one HiPPO has yet to create, so it is not checked)
+    site = (await get_site(args.site)).name if args.site is not None else None
+    if args.user is not None:
+        await get_user(args.user)
     rows = await request_queue(ctx.config.requests,
                                status=None if args.status == "all" else args.status,
-                               kind=args.kind, site=args.site, group=args.group,
+                               kind=args.kind, site=site, group=args.group,
                                user=args.user, breached=args.breached,
                                include_hippo=not args.no_hippo, triage=args.triage,
                                limit=args.limit)

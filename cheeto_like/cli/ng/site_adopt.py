@@ -108,6 +108,6 @@ def _(parser: a.Parser) -> None:
     parser.add_argument("--sacctmgr", metavar="PATH", default="sacctmgr",
                         help="the sacctmgr to run: a name on PATH or a path")
     parser.add_argument("--sudo", action="store_true", help="run sacctmgr via sudo -n")
-    parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+    parser.add_argument("--timeout", type=a.seconds, default=60.0, metavar="SECONDS",
                         help="seconds each sacctmgr call may take (default 60)")
     a.output_format(parser)

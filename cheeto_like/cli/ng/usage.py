@@ -69,7 +69,7 @@ def _(parser: a.Parser) -> None:
         "jobs that ended up to (default: now)"))
     parser.add_argument("--sacct", default="sacct", metavar="PATH",
                         help="the sacct program (default: sacct on PATH)")
-    parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+    parser.add_argument("--timeout", type=a.seconds, default=300.0, metavar="SECONDS",
                         help="time limit of the sacct call (default 300)")
     a.output_format(parser)
 

@@ -148,9 +148,13 @@ async def _save(request: Request, form: str) -> Response:
 
 async def runs_context(site: str | None) -> dict[str, Any]:
     from ...models import AuditRun, SyncRun
+    from ...queries.sync_runs import live_items
 
     where = {"site": site} if site else {}
     runs = await SyncRun.find(where).sort(-SyncRun.started_at).limit(RUNS_SHOWN).to_list()
+    for run in runs:  # a running apply's outcomes are in its steps (one query per such run)
+        if run.status == "running":
+            run.items = await live_items(run)
     latest: dict[tuple[str, str], Any] = {}
     for run in runs:
         latest.setdefault((run.target, run.site), run)

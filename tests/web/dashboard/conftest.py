@@ -30,7 +30,6 @@ import pytest
 
 from cheeto_like.config import ApiConfig, Config, LDAPConfig, MongoConfig
 from cheeto_like.store import Store
-from tests.services.fixtures import slapd  # noqa: F401
 from tests.services.ldap import Slapd, ssha
 
 CHROMIUM = "/usr/bin/chromium"
@@ -81,7 +80,7 @@ async def dash_world(store: Store) -> Store:
 
 
 @pytest.fixture(scope="module")
-def directory(slapd: Slapd) -> tuple[Slapd, str]:  # noqa: F811
+def directory(slapd: Slapd) -> tuple[Slapd, str]:
     """A fresh user base holding the people of ``LDAP_PASSWORDS``."""
     base = f"ou=dash{next(_n)},{slapd.suffix}"
     entries = [f"dn: {base}\nobjectClass: organizationalUnit\nou: {base[3:].split(',')[0]}\n"]

@@ -1,0 +1,91 @@
+"""The ``api`` section (the REST API and its sign-in) and the ``client`` section (where the
+CLI's API commands send their requests)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, Field, SecretStr, field_validator, model_validator
+
+from .base import Block, UserPath
+
+
+def _url_path(value: str) -> str:
+    """``cheeto/`` -> ``/cheeto``; empty stays empty (a URL path prefix)."""
+    value = value.strip().strip("/")
+    if not value:
+        return ""
+    if not re.fullmatch(r"[A-Za-z0-9._~!$&'()*+,;=:@%/-]+", value) or "//" in value:
+        raise ValueError(f"{value!r} is not a URL path")
+    return f"/{value}"
+
+
+# the API's only credential: long enough not to be guessed
+MIN_API_KEY_LENGTH = 32
+
+
+class ApiConfig(Block):
+    """The REST API (``cheeto daemon api``).
+
+    Without ``api_key`` (at least 32 characters) the API would be open, so
+    ``cheeto daemon api`` refuses to start unless given ``--insecure``. ``prefix`` is where
+    the routes (and ``/healthz``, ``/openapi.json``, ``/docs``) are mounted; ``root_path``
+    is the path a reverse proxy strips before forwarding. ``tls_cert`` and ``tls_key``
+    (both or neither) serve HTTPS. An export is rebuilt when its site's data changes
+    or after ``cache_seconds`` (0: never cached), serving the previous body meanwhile.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    api_key: SecretStr | None = None
+    root_path: Annotated[str, AfterValidator(_url_path)] = ""
+    prefix: Annotated[str, AfterValidator(_url_path)] = ""
+    tls_cert: UserPath | None = None
+    tls_key: UserPath | None = None
+    # an export body is rebuilt when its site's data generation moves (an operation
+    # touched the site) or after cache_seconds, in the background while the previous body
+    # is served; concurrent first requests share one build. 0 disables (every request
+    # queries the store). Generations are read in the background at most every
+    # generation_poll_seconds while requests come (0: every request reads them).
+    cache_seconds: float = Field(default=30.0, ge=0, le=3600)
+    generation_poll_seconds: float = Field(default=1.0, ge=0, le=60)
+    # sign-in and machine keys (auth/): the HS256 signing key file is created 0600 on
+    # first use (default <XDG state>/cheeto/jwt.key); login_groups, when set, admits only
+    # their members; failed logins per user and per address are limited in memory.
+    jwt_key_file: UserPath | None = None
+    # the puppet routes take only managed keys (`ng apikey`, scope puppet:read) or an
+    # operator's token; api_key is then not needed (and still accepted, deprecated, if set)
+    managed_keys_only: bool = False
+    token_issuer: str = Field(default="cheeto", min_length=1)
+    token_audience: str = Field(default="cheeto-api", min_length=1)
+    token_ttl_hours: float = Field(default=8.0, gt=0, le=24 * 90)
+    login_groups: list[str] = Field(default_factory=list)
+    login_max_failures: int = Field(default=5, ge=1, le=1000)
+    login_window_seconds: float = Field(default=300.0, gt=0, le=86400)
+    key_rotation_days: int = Field(default=90, ge=1, le=3650)
+    key_overlap_hours: float = Field(default=24.0, ge=0, le=24 * 30)
+    key_use_flush_seconds: float = Field(default=30.0, gt=0, le=3600)
+
+    @field_validator("api_key")
+    @classmethod
+    def _usable_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value().strip()) < MIN_API_KEY_LENGTH:
+            raise ValueError(f"api_key is shorter than {MIN_API_KEY_LENGTH} characters "
+                             "(try: openssl rand -hex 24)")
+        return value
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ApiConfig:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together (set both or neither)")
+        return self
+
+
+class ClientConfig(Block):
+    """Where ``cheeto login``/``me``/``usage``/``quota`` send their requests
+    (``$CHEETO_API_URL`` wins); ``ca_file`` verifies a private CA's certificate."""
+
+    url: str = Field(min_length=1)
+    ca_file: UserPath | None = None
+    timeout_seconds: float = Field(default=30.0, gt=0, le=600)

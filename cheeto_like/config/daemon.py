@@ -1,0 +1,73 @@
+"""The ``daemon`` section: Celery's broker, the sites it serves and its task blocks."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from .base import Block, UserPath
+from .tasks import DaemonTasks
+
+
+class BrokerSSLConfig(Block):
+    """TLS to the broker (``amqps://``): the CA to verify it, and an optional client cert."""
+
+    ca_file: UserPath | None = None
+    cert_file: UserPath | None = None
+    key_file: UserPath | None = None
+    cert_reqs: Literal["none", "optional", "required"] = "required"
+
+
+class DaemonConfig(Block):
+    """Celery: the broker, the sites, the task blocks (``cheeto daemon …``).
+
+    Results go to the ``celery_taskmeta`` collection of the ``mongo`` database and expire
+    after ``result_expires`` seconds. ``task_time_limit`` is the hard limit of one run
+    (a soft limit fires a little earlier).
+    """
+
+    broker_url: str = "amqp://guest:guest@127.0.0.1:5672//"
+    broker_use_ssl: BrokerSSLConfig | None = None
+    broker_transport_options: dict[str, Any] = Field(default_factory=dict)
+    sites: list[str] = Field(default_factory=list)
+    author: str = Field(default="cheeto-daemon", min_length=1)
+    timezone: str = "America/Los_Angeles"
+    beat_schedule_filename: UserPath = Path("/var/lib/cheeto/celerybeat-schedule")
+    task_time_limit: int = Field(default=3600, ge=10)
+    result_expires: int = Field(default=86400, gt=0)
+    # Flower's basic auth, user:password[,user:password]; $FLOWER_BASIC_AUTH wins
+    flower_basic_auth: SecretStr | None = None
+    tasks: DaemonTasks = Field(default_factory=DaemonTasks)
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _no_tasks(cls, value: Any) -> Any:
+        return {} if value is None else value  # a bare `tasks:` line: nothing enabled
+
+    @field_validator("broker_url")
+    @classmethod
+    def _broker_url(cls, value: str) -> str:
+        if not re.match(r"^[a-z][a-z0-9+.-]*://", value):  # (never echo: it holds a password)
+            raise ValueError("not a broker URL (amqp://user:password@host:port/vhost, or "
+                             "amqps://…)")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _ssl_needs_amqps(self) -> DaemonConfig:
+        if self.broker_use_ssl is not None and not self.broker_url.startswith("amqps://"):
+            raise ValueError("broker_use_ssl is set but broker_url is not amqps://")
+        return self

@@ -1,0 +1,140 @@
+"""Reading the file: pick each profiled section's block for the chosen profile, validate
+everything, and turn every failure into one ``ConfigError`` line."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from ruamel.yaml import YAML, YAMLError
+
+from ..errors import ConfigError
+from ..validation import describe_validation_error
+from . import paths
+from .api import ApiConfig, ClientConfig
+from .base import Block, UserPath
+from .daemon import DaemonConfig
+from .ldap import LDAPConfig
+from .mail import AlertsConfig, AuditConfig, MailConfig
+from .paths import DEFAULT_PROFILE, PROFILED_SECTIONS
+from .people import HippoConfig, IAMConfig
+from .requests import RequestsConfig
+from .slurm import SlurmConfig
+from .store import MongoConfig
+from .usage import UsageConfig
+
+
+class Config(Block):
+    """The resolved configuration for one profile."""
+
+    path: UserPath | None = None
+    profile: str = DEFAULT_PROFILE
+    mongo: MongoConfig = Field(default_factory=MongoConfig)
+    ldap: LDAPConfig | None = None
+    daemon: DaemonConfig | None = None
+    api: ApiConfig | None = None
+    hippo: HippoConfig | None = None
+    ucdiam: IAMConfig | None = None
+    mail: MailConfig | None = None
+    alerts: AlertsConfig | None = None
+    audit: AuditConfig | None = None
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
+    usage: UsageConfig = Field(default_factory=UsageConfig)
+    client: ClientConfig | None = None
+    requests: RequestsConfig = Field(default_factory=RequestsConfig)
+
+
+class _ConfigFile(BaseModel):
+    """The file's shape: profiled sections are maps of profile -> block."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mongo: dict[str, MongoConfig] = Field(default_factory=dict)
+    ldap: dict[str, LDAPConfig] = Field(default_factory=dict)
+    daemon: dict[str, DaemonConfig] = Field(default_factory=dict)
+    api: dict[str, ApiConfig] = Field(default_factory=dict)
+    hippo: HippoConfig | None = None
+    ucdiam: IAMConfig | None = None
+    mail: MailConfig | None = None
+    alerts: AlertsConfig | None = None
+    audit: AuditConfig | None = None
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
+    usage: UsageConfig = Field(default_factory=UsageConfig)
+    client: ClientConfig | None = None
+    requests: RequestsConfig = Field(default_factory=RequestsConfig)
+
+
+def resolve_config_path(explicit: str | os.PathLike[str] | None) -> tuple[Path, bool]:
+    """(path, must_exist): an explicit or ``CHEETO_CONFIG`` path must exist, the default
+    path may be absent (then built-in defaults apply)."""
+    if explicit:
+        return Path(explicit).expanduser(), True
+    if env := os.environ.get("CHEETO_CONFIG"):
+        return Path(env).expanduser(), True
+    return paths.default_config_path(), False
+
+
+def resolve_profile(explicit: str | None) -> str:
+    return explicit or os.environ.get("CHEETO_PROFILE") or DEFAULT_PROFILE
+
+
+def load_config(path: str | os.PathLike[str] | None = None, profile: str | None = None) -> Config:
+    """Read, validate and resolve the configuration; raises ``ConfigError`` (one line)."""
+    file_path, must_exist = resolve_config_path(path)
+    chosen = resolve_profile(profile)
+    if not file_path.exists():
+        if must_exist:
+            raise ConfigError(f"config file {file_path} does not exist")
+        if chosen != DEFAULT_PROFILE:
+            raise ConfigError(f"profile {chosen!r} is not defined: there is no config file "
+                              f"({file_path})")
+        return Config(path=None, profile=chosen)
+    raw = _read_yaml(file_path)
+    try:
+        parsed = _ConfigFile.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"config {file_path}: {describe_validation_error(exc)}") from None
+    _check_profile(parsed, chosen, file_path)
+    picked: dict[str, Any] = {}
+    for section in PROFILED_SECTIONS:
+        blocks: dict[str, Any] = getattr(parsed, section)
+        block = blocks.get(chosen, blocks.get(DEFAULT_PROFILE))
+        if block is not None:
+            picked[section] = block
+    return Config(path=file_path, profile=chosen, hippo=parsed.hippo, ucdiam=parsed.ucdiam,
+                  mail=parsed.mail, alerts=parsed.alerts, audit=parsed.audit,
+                  slurm=parsed.slurm,
+                  usage=parsed.usage, client=parsed.client,
+                  requests=parsed.requests, **picked)
+
+
+def _check_profile(parsed: _ConfigFile, chosen: str, file_path: Path) -> None:
+    """A profile no section defines is a typo (``-p prod`` against a file without a
+    ``prod`` block), not a request for the defaults: one line naming the known ones.
+    Sections the profile does not define still fall back to ``default``."""
+    defined = {name for section in PROFILED_SECTIONS for name in getattr(parsed, section)}
+    if chosen != DEFAULT_PROFILE and chosen not in defined:
+        known = ", ".join(sorted(defined | {DEFAULT_PROFILE}))
+        raise ConfigError(f"profile {chosen!r} is not defined in {file_path} "
+                          f"(profiles: {known})")
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"config {path}: cannot read: {exc.strerror}") from None
+    try:
+        data = YAML(typ="safe").load(text)
+    except YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"config {path}: invalid YAML{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {path}: the top level must be a mapping of sections")
+    return data

@@ -1,0 +1,84 @@
+"""The ``mail``, ``alerts`` and ``audit`` sections: how e-mail leaves, and who gets the
+operator and audit digests."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, SecretStr, model_validator
+
+from .base import Block, UserPath
+
+
+def _address(value: str) -> str:
+    value = value.strip()
+    if not re.fullmatch(r"[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+", value):
+        raise ValueError(f"{value!r} is not an e-mail address")
+    return value
+
+
+class SMTPConfig(Block):
+    """An SMTP relay. ``ssl`` is implicit TLS (port 465); ``starttls`` upgrades a plain
+    connection. ``username``/``password`` log in (only over TLS unless ``allow_plain_auth``)."""
+
+    host: str = "localhost"
+    port: int = Field(default=25, ge=1, le=65535)
+    starttls: bool = False
+    ssl: bool = False
+    username: str | None = None
+    password: SecretStr | None = None
+    allow_plain_auth: bool = False
+    timeout_seconds: float = Field(default=30.0, gt=0)
+    ca_file: UserPath | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SMTPConfig:
+        if self.ssl and self.starttls:
+            raise ValueError("choose ssl (implicit TLS) or starttls, not both")
+        if (self.username is None) != (self.password is None):
+            raise ValueError("username and password go together")
+        if self.username and not (self.ssl or self.starttls or self.allow_plain_auth):
+            raise ValueError("SMTP login without ssl or starttls would send the password in "
+                             "clear; enable one (or allow_plain_auth for a local relay)")
+        return self
+
+
+class MailConfig(Block):
+    """Where e-mail goes: ``transport: smtp`` (the ``smtp`` block) or ``hippo`` (HiPPO's
+    notify endpoint, using the ``hippo`` section). ``enabled: false`` records every
+    e-mail in History as not sent, without sending."""
+
+    enabled: bool = True
+    transport: Literal["smtp", "hippo"] = "smtp"
+    from_address: Annotated[str, AfterValidator(_address)] = "hpc-help@ucdavis.edu"
+    reply_to: Annotated[str, AfterValidator(_address)] | None = None
+    smtp: SMTPConfig = Field(default_factory=SMTPConfig)
+    # what the templates link to
+    support_address: str = "hpc-help@ucdavis.edu"
+    docs_url: str = "https://docs.hpc.ucdavis.edu"
+
+
+class AlertsConfig(Block):
+    """Operator alerts: a digest of failed or refused sync runs and failed or stuck daemon
+    tasks, e-mailed to ``to`` (through the ``mail`` transport)."""
+
+    to: list[Annotated[str, AfterValidator(_address)]] = Field(min_length=1)
+    subject_prefix: str = "[cheeto]"
+    stuck_after_minutes: int = Field(default=120, ge=1)  # a task running longer is stuck
+    lookback_hours: int = Field(default=24, ge=1)  # how far the first digest looks back
+
+
+class AuditConfig(Block):
+    """The weekly access audit's digest: e-mailed to ``to`` (through the ``mail``
+    transport) and, when ``webhook_url`` is set, posted to a Slack-compatible chat
+    incoming webhook (``{"text": ...}``). The webhook URL is a credential: it comes from
+    here (a file only admins read) or ``$CHEETO_AUDIT_WEBHOOK_URL``, never the command
+    line. API keys older than ``api.key_rotation_days`` or unused for
+    ``key_unused_days`` are findings."""
+
+    to: list[Annotated[str, AfterValidator(_address)]] = Field(default_factory=list)
+    subject_prefix: str = "[cheeto audit]"
+    webhook_url: SecretStr | None = None
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0, le=120)
+    key_unused_days: int = Field(default=90, ge=1, le=3650)

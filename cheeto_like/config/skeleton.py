@@ -1,0 +1,193 @@
+"""The commented starting file ``cheeto config write`` writes."""
+
+SKELETON = """\
+# cheeto configuration. Sections mongo, ldap, daemon and api hold one block per
+# profile; pick one with --profile/-p or CHEETO_PROFILE (falls back to "default").
+# hippo and ucdiam are global. Unknown keys are errors.
+
+mongo:
+  default:
+    # Leave uri unset to use the embedded store (an nx-27017 server on SQLite files).
+    # uri: mongodb://db1.example.org,db2.example.org/?replicaSet=rs0
+    database: cheeto
+    # user: cheeto
+    # password: secret
+    # auth_source: admin
+    # tls: true
+    # tls_ca_file: /etc/ssl/certs/mongo-ca.pem
+    embedded:
+      # path: ~/.local/share/cheeto/store
+      listen: unix            # a socket in path (owner only); tcp for containers
+      # host: 127.0.0.1       # tcp only, with a credential: token, $CHEETO_STORE_TOKEN
+      # port: 27117           # or token_file (default <path>/store.token)
+
+# slurm:                          # global: every site's Slurm sync
+#   max_deletions_per_day: 200    # rolling 24 h removal budget per site (null: none)
+#   lease_seconds: 60             # an apply's lease, renewed while it runs
+#   root_users: [root]            # users left alone under account root (others: removed)
+#   unmanaged_accounts: []        # accounts never touched (other unknown ones: deleted)
+
+# usage:                          # global: usage accounting (ng usage, usage_collect)
+#   overlap_minutes: 60           # each collect re-reads this much before the watermark
+#   thresholds: [75, 90, 100]     # quota notices (once per threshold per period)
+#   currency: USD
+#   rates:                        # optional rate card: site -> partition ('*': the rest)
+#     farm: {gpu: {cpu_hour: 0.01, gpu_hour: 0.5}, "*": {cpu_hour: 0.01}}
+
+# ldap:
+#   default:
+#     servers: [ldaps://ldap1.example.org, ldaps://ldap2.example.org]  # tried in order
+#     searchbase: dc=hpc,dc=example,dc=org
+#     user_base: ou=people,dc=hpc,dc=example,dc=org     # default ou=users,<searchbase>
+#     # site_base: dc=hpc,dc=example,dc=org             # parent of ou=<site>
+#     # groups_ou: groups                                # ou=groups,ou=<site>,…
+#     # automount_ou: automount                          # ou=automount,ou=<site>,…
+#     login_dn: cn=admin,dc=hpc,dc=example,dc=org
+#     password: secret
+#     ca_file: /etc/ssl/certs/ldap-ca.pem
+#     # use_tls: true                 # StartTLS for ldap:// servers
+#     # request_timeout_seconds: 10
+#     # connect_timeout_seconds: 5
+#     # pool_max_connections: 5
+#     # master_map: auto.master
+#     # master_entry_format: "{dn}"   # or "ldap:{dn}", "{name}"
+#     # master_options: {auto.group: --ghost}
+#     # host_suffix: "${HOST_SUFFIX}"
+#     # ssh_user_prefix: true         # environment="REMOTE_SSH_USER=<user>" <key>
+#     # protected_users: [admin]      # never pruned
+#     # max_deletions_per_day: 200    # rolling 24 h removal budget per site (null: none)
+#     # lease_seconds: 60             # an applying run's lease, renewed while it runs
+
+# daemon:
+#   default:
+#     broker_url: amqps://cheeto:secret@broker.example.org:5671//
+#     # broker_use_ssl: {ca_file: /etc/ssl/certs/broker-ca.pem, cert_reqs: required}
+#     #   (also cert_file, key_file for a client certificate)
+#     sites: [farm]                   # the per-site tasks' default site list
+#     author: cheeto-daemon           # History/SyncRun author of scheduled runs
+#     # timezone: America/Los_Angeles # crontab schedules are read in this zone
+#     # beat_schedule_filename: /var/lib/cheeto/celerybeat-schedule
+#     # task_time_limit: 3600         # hard limit of one run (soft: a little less)
+#     # result_expires: 86400         # celery_taskmeta rows are kept this long
+#     # flower_basic_auth: admin:secret   # Flower's login ($FLOWER_BASIC_AUTH wins)
+#     tasks:                          # absent, null or enabled: false = disabled
+#       # schedule: a number = every N seconds; a string = a 5-field crontab;
+#       # no schedule = only when enqueued (cheeto daemon enqueue TASK --site S)
+#       slurm_sync:                   # runs on queue slurm.<site> (the site worker)
+#         schedule: 600
+#         # sites: [farm]             # overrides daemon.sites for this task
+#         # apply: true
+#         # sudo: false
+#         # max_deletions: 50         # null: no cap
+#         # timeout_seconds: 60       # each sacctmgr call
+#         # sacctmgr: sacctmgr
+#       # usage_collect:             # sacct -> usage ledger, on queue slurm.<site>
+#       #   schedule: 900
+#       #   sacct: sacct
+#       #   timeout_seconds: 300
+#       #   notify: true              # then the quota notices (needs the mail section)
+#       # cluster_monitor:           # stalled jobs, nodes down; on queue slurm.<site>
+#       #   schedule: 1800
+#       #   pending_over_hours: 24
+#       #   down_over_hours: 1
+#       # audit:                     # weekly access audit (needs the audit section)
+#       #   schedule: "0 6 * * 1"
+#       # requests:                  # request_escalate: breaches -> the alerts digest, once
+#       #   schedule: 3600
+#       ldap_sync:
+#         schedule: "*/15 * * * *"
+#         # full: false
+#         # prune: true
+#         # force: false
+#         # max_deletions: 50
+#         # concurrency: 1
+#       # sympa:                      # the sympa_export task
+#       #   schedule: "0 3 * * *"
+#       #   output_dir: /srv/sympa/lists   # writes <output_dir>/<site>.txt
+#       #   ignore: [hpc-help@ucdavis.edu]
+#       # puppet_sync:
+#       #   schedule: 3600
+#       #   repo: /var/lib/cheeto/puppet.hpc    # a clone of the puppet repository
+#       #   base_branch: main
+#       #   push: true
+
+# api:
+#   default:
+#     host: 127.0.0.1
+#     port: 8000
+#     # required (32+ characters; the API refuses to start without it unless --insecure);
+#     # clients send it as X-API-Key
+#     api_key: change-me-to-a-random-string-of-32-characters-or-more
+#     # prefix: /cheeto          # routes, /healthz and /openapi.json under /cheeto
+#     # root_path: /api          # the path a reverse proxy strips before forwarding
+#     # tls_cert: /etc/cheeto/tls/api.crt   # both or neither: serve HTTPS
+#     # tls_key: /etc/cheeto/tls/api.key
+#     # cache_seconds: 30        # exports rebuilt on a change, else at most every 30 s
+#     # sign-in and API keys (/api/v1; README "Sign-in, roles and the API"):
+#     # managed_keys_only: true  # puppet uses `ng apikey` keys; api_key no longer needed
+#     # jwt_key_file: /var/lib/cheeto/jwt.key   # default $XDG_STATE_HOME/cheeto/jwt.key
+#     # token_ttl_hours: 8
+#     # login_groups: [hpc-staff]  # only members may sign in (default: every user)
+#     # login_max_failures: 5      # per user and per address, in login_window_seconds
+#     # login_window_seconds: 300
+#     # key_rotation_days: 90      # `ng apikey audit` flags older secrets
+#     # key_overlap_hours: 24      # a rotated key's old secret keeps working this long
+
+# client:                        # where `cheeto login/me/usage/quota` go ($CHEETO_API_URL wins)
+#   url: https://cheeto.example.org:8000
+#   # ca_file: /etc/cheeto/tls/ca.pem
+
+# hippo:                         # the HiPPO account-request portal
+#   base_url: https://hippo.example.org
+#   api_key: change-me            # sent as X-API-Key
+#   site_aliases: {caesfarm: farm}   # HiPPO cluster -> site (any case; Site.aliases too)
+#   max_tries: 3                  # a failing event is retried this often, then Failed
+#   # request_timeout_seconds: 30
+#   # retries: 2                  # extra attempts on timeouts, connection errors and 5xx
+#   # retry_backoff_seconds: 1    # doubled after each attempt
+#   # access_types: {OpenOnDemand: ondemand, SshKey: login-ssh}
+#   # notify: true                # e-mail the people an event concerns (see mail:)
+#   # sites:                      # per site: grant_slurm (false), replace_ssh_keys (false),
+#   #   farm: {grant_slurm: true} #   create_home (true)
+
+# ucdiam:                         # UC Davis IAM: identity facts and offboarding
+#   base_url: https://iet-ws.ucdavis.edu/api/iam
+#   api_key: change-me
+#   # api_key_header: X-API-Key   # the key goes in this header, never in a URL
+#   # api_version: "1.0"
+#   # grace_days: 1               # missing this long -> offboarding (0: at the first miss)
+#   # expiry_offset_days: 30      # offboarding -> deactivated (by the reaper) after this
+#   # request_timeout_seconds: 30
+#   # retries: 2
+#   # refresh: {name: false, email: true, fullname: true}   # fields IAM facts overwrite
+
+# mail:
+#   transport: smtp               # or hippo (HiPPO's notify endpoint)
+#   from_address: hpc-help@ucdavis.edu
+#   # reply_to: hpc-help@ucdavis.edu
+#   # enabled: true               # false: record e-mails in History without sending
+#   smtp:
+#     host: smtp.example.org
+#     port: 587
+#     starttls: true              # or ssl: true (port 465)
+#     # username: cheeto
+#     # password: secret
+#     # timeout_seconds: 30
+#     # ca_file: /etc/ssl/certs/smtp-ca.pem
+
+# alerts:                         # operator digest: failed/refused syncs, failed/stuck tasks
+#   to: [hpc-ops@example.org]
+#   # subject_prefix: "[cheeto]"
+#   # stuck_after_minutes: 120
+#   # lookback_hours: 24          # how far the first digest looks back
+
+# requests:                       # the request queue's SLA calendar (ng request ...)
+#   timezone: America/Los_Angeles
+#   # workdays: [mon, tue, wed, thu, fri]
+#   # holidays: [2026-12-25]
+#   # kinds: {quota: {sla: 2d, operator: true}}   # account, join, access, quota, storage
+# audit:                          # weekly access audit digest (ng audit run, audit task)
+#   to: [hpc-security@example.org]
+#   # webhook_url: https://chat.example.org/hooks/...   # or $CHEETO_AUDIT_WEBHOOK_URL
+#   # key_unused_days: 90
+"""
