@@ -104,6 +104,32 @@ class _Limits:
     carry_over: bool
 
 
+async def check_subject(site: str, *, user: str | None = None,
+                        account: str | None = None) -> None:
+    """``NotFound`` for a quota view of a name nobody holds: a user or group the store
+    knows, or a name with usage or a quota at the site, is shown; anything else would
+    show the site's defaults as if they were its quota (a typo looks like a real answer).
+
+    Why usage counts: the ledger holds sacct's users, including people the store no
+    longer (or never) held; their usage against the defaults is a real answer."""
+    from ..errors import NotFound
+    from ..models import Group, User
+    from ..models.usage import UsageRecord
+
+    for kind, name, model, field in (("user", user, User, "user"),
+                                     ("group", account, Group, "account")):
+        if name is None:
+            continue
+        if await model.get_pymongo_collection().find_one({"name": name}, {"_id": 1}):
+            continue
+        held = {"site": site, field: name}
+        if await UsageRecord.get_pymongo_collection().find_one(held, {"_id": 1}) or \
+                await Quota.get_pymongo_collection().find_one(held, {"_id": 1}):
+            continue
+        raise NotFound(f"{kind} {name!r} does not exist"
+                       + (f" and has no usage at {site}" if kind == "user" else ""))
+
+
 async def quota_status(site: str, now: datetime, *, user: str | None = None,
                        account: str | None = None,
                        reserved: Reserved = NO_RESERVATIONS,

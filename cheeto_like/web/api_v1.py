@@ -81,18 +81,6 @@ async def subject_allowed(who: Principal, action: str, user: str | None,
         authorize(who, action, subject_target(user, account))
 
 
-async def _subject_exists(user: str | None, account: str | None) -> None:
-    """A quota view of a name the store does not know would show made-up defaults: 404
-    (as setting its quota would be)."""
-    from ..queries.group import get_group
-    from ..queries.user import get_user
-
-    if user is not None:
-        await get_user(user)
-    if account is not None:
-        await get_group(account)
-
-
 class Login(BaseModel):
     model_config = ConfigDict(extra="forbid")
     username: str = Field(min_length=1, max_length=64)
@@ -357,12 +345,12 @@ def build_router(prefix: str) -> APIRouter:
     async def quotas(who: CurrentPrincipal, site: SiteP, user: OptName = None,
                      account: OptName = None, limit: Limit = 100,
                      offset: Offset = 0) -> dict[str, Any]:
-        from ..queries.quota import quota_status
+        from ..queries.quota import check_subject, quota_status
         from ..queries.site import get_site
 
         await subject_allowed(who, rules.QUOTA_READ, user, account)
         found = await get_site(site)
-        await _subject_exists(user, account)
+        await check_subject(found.name, user=user, account=account)  # a typo: 404
         rows = await quota_status(found.name, utcnow(), user=user, account=account)
         return page([r.as_dict() for r in rows], limit, offset)
 

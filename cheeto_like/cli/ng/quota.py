@@ -141,19 +141,19 @@ def _(parser: a.Parser) -> None:
 async def quota_show(args: argparse.Namespace) -> int:
     from ...adapters.squeue import Squeue
     from ...errors import ExternalError
-    from ...queries.group import get_group
-    from ...queries.quota import NO_RESERVATIONS, Reserved, quota_status, reservations
+    from ...queries.quota import (
+        NO_RESERVATIONS,
+        Reserved,
+        check_subject,
+        quota_status,
+        reservations,
+    )
     from ...queries.site import get_site
     from ...queries.usage import factor_table
-    from ...queries.user import get_user
 
     ctx = args.ctx
     site = await get_site(args.site)
-    # a name the store does not know would show the defaults as if they were its quota
-    if args.user is not None:
-        await get_user(args.user)
-    if args.account is not None:
-        await get_group(args.account)
+    await check_subject(site.name, user=args.user, account=args.account)  # not a typo
     now = utcnow()
     reserved = NO_RESERVATIONS
     if not args.no_squeue:
