@@ -128,6 +128,7 @@ async def close_stale_runs(store: Store, *, target: str | None = None,
                if (target is None or doc.get("target") == target)
                and (site is None or doc.get("site") == site)]
     if not running:
+        await drop_finished_steps(store)
         return []
     leases = {doc["_id"]: doc async for doc in SyncLease.get_pymongo_collection().find({})}
     now = utcnow()
@@ -154,7 +155,26 @@ async def close_stale_runs(store: Store, *, target: str | None = None,
             async with store.exclusive():
                 await SyncStep.get_pymongo_collection().delete_many({"run": doc["_id"]})
         closed.append(str(doc["_id"]))
+    await drop_finished_steps(store)
     return closed
+
+
+async def drop_finished_steps(store: Store) -> int:
+    """Delete the step documents of runs that are no longer ``running`` (a process that
+    died between its final save and dropping its steps leaves them); returns how many.
+    Only runs that have ended are touched, so a run starting meanwhile keeps its steps.
+    Cheap: the collection is empty unless an apply is in flight."""
+    steps = SyncStep.get_pymongo_collection()
+    owners = {doc["run"] async for doc in steps.find({}, {"run": 1})}
+    if not owners:
+        return 0
+    ended = [doc["_id"] async for doc in SyncRun.get_pymongo_collection().find(
+        {"_id": {"$in": sorted(owners)}, "status": {"$ne": "running"}}, {"_id": 1})]
+    if not ended:
+        return 0
+    async with store.exclusive():
+        done = await steps.delete_many({"run": {"$in": ended}})
+    return done.deleted_count
 
 
 async def removed_recently(target: str, site: str, *, window: timedelta = BUDGET_WINDOW,

@@ -21,6 +21,7 @@ from cheeto_like.sync.runs import (
     RunJournal,
     check_budget,
     close_stale_runs,
+    drop_finished_steps,
     removed_recently,
 )
 from cheeto_like.sync.slurm_why import _last_sync
@@ -113,6 +114,29 @@ async def test_a_crashed_run_folds_its_step_documents_into_its_items(db):
     # a live run's steps are left alone
     assert [i.outcome for i in await live_items(await SyncRun.get(other.id))] == ["started"]
     assert await SyncStep.find({"run": other.id}).count() == 1
+
+
+async def test_steps_left_by_a_finished_run_are_dropped_and_a_running_runs_kept(db):
+    """A process that dies between its final save and dropping its steps leaves them:
+    the next closure pass (an apply, the status view) drops the steps of ended runs only,
+    so a run that is starting meanwhile keeps its journal."""
+    ended = SyncRun(target="slurm", site="farm", apply=True, status="ok",
+                    holder=holder_name())
+    live = SyncRun(target="slurm", site="hive", apply=True, holder=holder_name())
+    for run in (ended, live):
+        await run.insert()
+        journal = RunJournal(db, run)
+        await journal.write([SyncItem(batch="add accounts", command="add a"),
+                             SyncItem(batch="add accounts", command="add b")])
+        journal.items[0].outcome = "ok"
+        journal.items[1].outcome = "started"
+        await journal.steps([0, 1])
+    assert await SyncStep.find({"run": ended.id}).count() == 2
+    assert await close_stale_runs(db) == []  # nothing stale: the live run's holder runs
+    assert await SyncStep.find({"run": ended.id}).count() == 0
+    assert [i.outcome for i in await live_items(await SyncRun.get(live.id))] == [
+        "ok", "started"]
+    assert await drop_finished_steps(db) == 0  # nothing more to drop
 
 
 async def test_the_dashboard_and_slurm_why_see_a_running_runs_steps(db):
