@@ -243,7 +243,10 @@ def test_flower_shows_the_worker_behind_basic_auth(rabbitmq, mongo_config, reque
         r = httpx.get(f"{url}/api/workers", params={"refresh": "1"}, auth=AUTH, timeout=15)
         assert r.status_code == 200
         workers = r.json()
-        if any(name.startswith("flower-test-hub@") for name in workers):
+        # Flower lists a worker as soon as one inspect reply is in; its queues and conf
+        # come with the others (a slow reply under load once left them out)
+        if any(name.startswith("flower-test-hub@") and {"active_queues", "conf"} <= set(w)
+               for name, w in workers.items()):
             break
         time.sleep(0.5)
     name = next((n for n in workers if n.startswith("flower-test-hub@")), None)
