@@ -6,8 +6,9 @@ A group that is sticky at a site counts every user on that site as a member ther
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from beanie.operators import In
 from pymongo.asynchronous.client_session import AsyncClientSession
@@ -118,10 +119,9 @@ async def effective_user_groups(user: str, site: str, session: Session = None) -
             if "member" in row.roles or "sticky-member" in row.roles]
 
 
-async def list_groups(*, type: str | None = None, site: str | None = None,
-                      member: str | None = None, session: Session = None) -> list[Group]:
-    """Groups filtered by type, by having any role edge (or being sticky) at ``site``, and
-    by ``member`` being a member (at ``site`` when given, else anywhere)."""
+async def _groups_query(type: str | None, site: str | None, member: str | None,
+                        session: Session) -> dict[str, object]:
+    """The store filter of ``list_groups``."""
     query: dict[str, object] = {}
     if type is not None:
         if type not in GROUP_TYPES:
@@ -154,4 +154,36 @@ async def list_groups(*, type: str | None = None, site: str | None = None,
         names = mine if names is None else names & mine
     if names is not None:
         query["name"] = {"$in": sorted(names)}
+    return query
+
+
+async def list_groups(*, type: str | None = None, site: str | None = None,
+                      member: str | None = None, session: Session = None) -> list[Group]:
+    """Groups filtered by type, by having any role edge (or being sticky) at ``site``, and
+    by ``member`` being a member (at ``site`` when given, else anywhere)."""
+    query = await _groups_query(type, site, member, session)
     return await Group.find(query, session=session).sort(+Group.name).to_list()
+
+
+async def page_groups(*, limit: int, offset: int = 0, type: str | None = None,
+                      site: str | None = None, member: str | None = None,
+                      among: Collection[str] | None = None,
+                      session: Session = None) -> tuple[list[dict[str, Any]], int]:
+    """One page of ``list_groups`` as ``{name, gid, type}`` rows, and the number of
+    matches; ``among`` limits it to those names (what a manager may see).
+
+    Why: the list route built every group of the site to answer a page of 100. The store
+    skips, limits and counts; only the page's rows are read, projected.
+    """
+    query = await _groups_query(type, site, member, session)
+    if among is not None:
+        named = query.get("name")
+        allowed = set(among) if named is None else set(among) & set(named["$in"])  # type: ignore[index]
+        query["name"] = {"$in": sorted(allowed)}
+    collection = Group.get_pymongo_collection()
+    total = await collection.count_documents(query, session=session)
+    cursor = collection.find(query, {"_id": 0, "name": 1, "gid": 1, "type": 1},
+                             session=session).sort("name", 1).skip(offset).limit(limit)
+    found = [{"name": r["name"], "gid": r.get("gid"), "type": r.get("type")}
+             async for r in cursor]
+    return found, total

@@ -124,3 +124,46 @@ async def test_find_users_unknown_names_are_not_found(population, kwargs, messag
 async def test_find_users_bad_operator(population):
     with pytest.raises(InvalidInput, match="AND or OR"):
         await find_users(status="active", operator="XOR")  # type: ignore[arg-type]
+
+
+# -- page_users: the list route's page, cut by the store -------------------------------------
+
+
+@pytest.mark.parametrize("kwargs", [
+    {}, {"status": "active"}, {"access": "slurm"}, {"group": "lab"},
+    {"site": "farm"}, {"site": "farm", "status": "inactive"}, {"site": "farm", "group": "all"},
+    {"site": "farm", "access": "slurm", "type": "user"}, {"site": "hive"},
+])
+async def test_page_users_is_a_slice_of_find_users_with_its_total(population, kwargs):
+    from cheeto_like.queries.user import page_users
+
+    everyone = names(await find_users(**kwargs))
+    for offset in range(len(everyone) + 2):
+        found, total = await page_users(limit=2, offset=offset, **kwargs)
+        assert names(found) == everyone[offset:offset + 2]
+        assert total == len(everyone)
+
+
+async def test_page_users_refuses_what_find_users_refuses(population):
+    from cheeto_like.queries.user import page_users
+
+    with pytest.raises(NotFound, match="site 'nope' does not exist"):
+        await page_users(limit=10, site="nope")
+    with pytest.raises(NotFound, match="group 'ghost' does not exist"):
+        await page_users(limit=10, group="ghost")
+    with pytest.raises(InvalidInput):
+        await page_users(limit=0)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"site": "farm"}, {"member": "alice"},
+                                    {"site": "farm", "member": "alice"}, {"type": "user"}])
+async def test_page_groups_is_a_slice_of_list_groups(population, kwargs):
+    from cheeto_like.queries.group import list_groups, page_groups
+
+    every = [g.name for g in await list_groups(**kwargs)]
+    for offset in range(len(every) + 1):
+        rows, total = await page_groups(limit=1, offset=offset, **kwargs)
+        assert [r["name"] for r in rows] == every[offset:offset + 1] and total == len(every)
+    rows, total = await page_groups(limit=10, among=["lab", "ghost"], **kwargs)
+    assert [r["name"] for r in rows] == [n for n in every if n == "lab"]
+    assert total == len(rows)
