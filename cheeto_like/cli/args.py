@@ -70,3 +70,18 @@ def seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"{text} is not between 0 and {MAX_TIMEOUT_S:g} seconds (exclusive of 0)")
     return value
+
+
+MAX_CHUNK = 100_000
+
+
+def chunk_size(text: str) -> int:
+    """``type=`` of a ``--chunk-size``: documents per write of a long job (restore,
+    prune, migrate), 1 to 100,000 (each write must stay short and under 16 MiB)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= MAX_CHUNK:
+        raise argparse.ArgumentTypeError(f"{text} is not between 1 and {MAX_CHUNK}")
+    return value

@@ -42,45 +42,74 @@ def _(parser: a.Parser) -> None:
     a.output_format(parser)
 
 
+def _chunk_size(parser: a.Parser) -> None:
+    parser.add_argument("--chunk-size", type=a.chunk_size, default=backup.CHUNK,
+                        metavar="N", help=f"documents per read batch and per write "
+                        f"(default {backup.CHUNK})")
+
+
+CONSISTENCY = {
+    "snapshot": "one snapshot of the database (readConcern snapshot)",
+    "checked": "no operation committed while it was read (checked before and after)",
+}
+
+
 @command("db", "dump", help="write a portable archive of the database (gzip'd tar of "
-         "JSON lines; works on the embedded store and MongoDB)", store=True)
+         "JSON lines; works on the embedded store and MongoDB)", store=True,
+         progress="dumping")
 async def db_dump(args: argparse.Namespace) -> None:
+    """Streams each collection outside any transaction; consistent by a snapshot read on
+    a MongoDB replica set (5.0+), else by comparing a change marker before and after
+    (retried, then refused): ``backup``'s docstring."""
     ctx = args.ctx
-    collections = await backup.read_all(ctx.store)
+    spool = await backup.spool(ctx.store, chunk=args.chunk_size)
     name = ctx.store.database.name
-    if args.output == "-":
-        stream = getattr(ctx.out.stdout, "buffer", None)
-        if stream is None:
-            raise InvalidInput("this standard output takes no binary data; pass -o FILE")
-        if ctx.out.stdout.isatty():
-            raise InvalidInput("refusing to write a binary archive to a terminal; pass -o FILE "
-                               "or redirect standard output")
-        summary = backup.build_archive(name, collections, stream)
-        stream.flush()
-        where = "standard output"
-    else:
-        path = Path(args.output).expanduser()
-        summary = await asyncio.to_thread(
-            backup.write_private_file, path,
-            lambda fh: backup.build_archive(name, collections, fh), overwrite=args.force)
-        where = str(path)
+    try:
+        if args.output == "-":
+            stream = getattr(ctx.out.stdout, "buffer", None)
+            if stream is None:
+                raise InvalidInput("this standard output takes no binary data; pass -o FILE")
+            if ctx.out.stdout.isatty():
+                raise InvalidInput("refusing to write a binary archive to a terminal; pass "
+                                   "-o FILE or redirect standard output")
+            summary = await asyncio.to_thread(spool.write, stream)
+            stream.flush()
+            where = "standard output"
+        else:
+            path = Path(args.output).expanduser()
+            summary = await asyncio.to_thread(backup.write_private_file, path, spool.write,
+                                              overwrite=args.force)
+            where = str(path)
+    finally:
+        spool.close()
     ctx.out.success(f"dumped {esc(summary.documents)} documents in {len(summary.collections)} "
-                    f"collections of {esc(name)} to {esc(where)}")
+                    f"collections of {esc(name)} to {esc(where)} (consistent: "
+                    f"{esc(CONSISTENCY.get(summary.consistency, summary.consistency))})")
 
 
 @db_dump.args()
 def _(parser: a.Parser) -> None:
+    parser.description = (
+        "Reads each collection with a cursor, outside any transaction (a replica set's "
+        "transactions end after 60 s). Consistency: on a MongoDB 5.0+ replica set, one "
+        "snapshot read; otherwise a change marker (every collection's count, History's "
+        "newest row, the data generations) is compared before and after, and the dump is "
+        f"taken again (up to {backup.DUMP_ATTEMPTS} times) or refused when an operation "
+        "committed meanwhile.")
     parser.add_argument("-o", "--output", default="-", metavar="FILE",
                         help="archive to write, created 0600 (default -: standard output)")
     parser.add_argument("--force", "-f", action="store_true",
                         help="overwrite an existing archive file")
+    _chunk_size(parser)
 
 
 @command("db", "restore", help="load an archive from `db dump` into the database "
-         "(all or nothing; refuses a non-empty database without --force)")
+         "(all or nothing; refuses a non-empty database without --force)",
+         progress="restoring")
 async def db_restore(args: argparse.Namespace) -> None:
     """Connects itself (not ``store=True``): with ``--force`` it may first have to set a
-    lost embedded-store file aside (``store_files.start_over``)."""
+    lost embedded-store file aside (``store_files.start_over``). Loads aside in chunks,
+    then switches; a killed restore continues when run again (``backup``'s docstring)."""
     ctx = args.ctx
     path: Path | None = None
     data: bytes | None = None
@@ -102,7 +131,11 @@ async def db_restore(args: argparse.Namespace) -> None:
     ctx.store = await connect(mongo, notify=ctx.out.info)
     # Validated against the models (bound by connect) before anything is written.
     archive = await asyncio.to_thread(backup.read_archive, path, data)
-    counts = await backup.restore(ctx.store, archive, force=args.force)
+    result = await backup.restore(ctx.store, archive, force=args.force,
+                                  chunk=args.chunk_size)
+    for note in result.notes:
+        ctx.out.info(esc(note))
+    counts = result.counts
     ctx.out.success(f"restored {esc(sum(counts.values()))} documents in {len(counts)} "
                     f"collections (dumped from {esc(archive.database)} at "
                     f"{esc(archive.created_at)}) into {esc(ctx.store.database.name)}")
@@ -116,3 +149,4 @@ def _(parser: a.Parser) -> None:
                         help="replace the contents of a non-empty database; on the embedded "
                         "store also rebuild a database whose file was lost (stop the store "
                         "and move a damaged file aside first)")
+    _chunk_size(parser)
