@@ -51,14 +51,14 @@ def daemon_api(args: argparse.Namespace) -> int:
     api = ctx.config.api or ApiConfig()
     host = args.host or api.host
     port = args.port or api.port
-    check_bind(api, host, insecure=args.insecure)
+    access = check_bind(api, host, insecure=args.insecure)
     check_tls(api)
     asyncio.run(_store_answers(ctx.config))
     scheme = "https" if api.tls_cert else "http"
     where = f"[{host}]" if ":" in host else host
-    ctx.out.info(esc(f"serving the API on {scheme}://{where}:{port}{api.prefix}/ "
-                        f"({'X-API-Key required' if api.api_key else 'open: no api_key'})"))
-    uvicorn.run(create_api(ctx.config), **uvicorn_options(api, host, port))
+    ctx.out.info(esc(f"serving the API on {scheme}://{where}:{port}{api.prefix}/ ({access})"))
+    uvicorn.run(create_api(ctx.config, insecure=args.insecure),
+                **uvicorn_options(api, host, port))
     return 0
 
 
@@ -67,7 +67,9 @@ def _(parser: a.Parser) -> None:
     parser.add_argument("--host", help="address to listen on (default api.host, 127.0.0.1)")
     parser.add_argument("--port", type=_port, help="port (default api.port, 8000)")
     parser.add_argument("--insecure", action="store_true",
-                        help="allow a non-loopback address without api.api_key")
+                        help="serve the storage map to anonymous callers (only without "
+                             "api.api_key and managed_keys_only); root keys always need a "
+                             "credential")
 
 
 @command("daemon", "flower", help="run Flower, the Celery monitor, on the daemon's broker "

@@ -3,6 +3,7 @@ CLI's API commands send their requests)."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated
 
@@ -28,8 +29,11 @@ MIN_API_KEY_LENGTH = 32
 class ApiConfig(Block):
     """The REST API (``cheeto daemon api``).
 
-    Without ``api_key`` (at least 32 characters) the API would be open, so
-    ``cheeto daemon api`` refuses to start unless given ``--insecure``. ``prefix`` is where
+    The puppet routes take managed keys (``ng apikey``, scope ``puppet:read``) and
+    operators' tokens; ``api_key`` (at least 32 characters) is the deprecated static key,
+    still accepted when set and never needed to start. Root keys always need a
+    credential; ``cheeto daemon api --insecure`` opens only the storage map (and not when
+    ``api_key`` or ``managed_keys_only`` is set). ``prefix`` is where
     the routes (and ``/healthz``, ``/openapi.json``, ``/docs``) are mounted; ``root_path``
     is the path a reverse proxy strips before forwarding. ``tls_cert`` and ``tls_key``
     (both or neither) serve HTTPS. An export is rebuilt when its site's data changes
@@ -52,17 +56,32 @@ class ApiConfig(Block):
     generation_poll_seconds: float = Field(default=1.0, ge=0, le=60)
     # sign-in and machine keys (auth/): the HS256 signing key file is created 0600 on
     # first use (default <XDG state>/cheeto/jwt.key); login_groups, when set, admits only
-    # their members; failed logins per user and per address are limited in memory.
+    # their members. Failed sign-ins are counted in the store (collection
+    # signin_failures, shared by every API process; auth/ratelimit.py), within
+    # login_window_seconds: a name is refused from one address after login_max_failures
+    # there; after login_user_max_failures across addresses it is refused from every
+    # address that has failures for it (never from one without: its owner still signs
+    # in from their own machine); an address is refused for every name after
+    # login_address_max_failures (a spray). The client address is the peer, or, when the
+    # peer is one of trusted_proxies (addresses or CIDRs; empty: trust none), the
+    # right-most X-Forwarded-For address that is not itself a trusted proxy. The name's
+    # and the address's limits are never below login_max_failures.
     jwt_key_file: UserPath | None = None
-    # the puppet routes take only managed keys (`ng apikey`, scope puppet:read) or an
-    # operator's token; api_key is then not needed (and still accepted, deprecated, if set)
+    # Kept for compatibility: the puppet routes never need api_key now. Its one effect:
+    # `daemon api --insecure` does not open the storage map to anonymous callers.
     managed_keys_only: bool = False
     token_issuer: str = Field(default="cheeto", min_length=1)
     token_audience: str = Field(default="cheeto-api", min_length=1)
     token_ttl_hours: float = Field(default=8.0, gt=0, le=24 * 90)
     login_groups: list[str] = Field(default_factory=list)
     login_max_failures: int = Field(default=5, ge=1, le=1000)
+    login_user_max_failures: int = Field(default=20, ge=1, le=10000)
+    login_address_max_failures: int = Field(default=100, ge=1, le=10000)
     login_window_seconds: float = Field(default=300.0, gt=0, le=86400)
+    trusted_proxies: list[str] = Field(default_factory=list)
+    # request bodies on /api/v1 above this are a 413 before they are read (the
+    # dashboard's forms keep their own 64 KB cap)
+    max_body_bytes: int = Field(default=1_048_576, ge=1024, le=1 << 30)
     key_rotation_days: int = Field(default=90, ge=1, le=3650)
     key_overlap_hours: float = Field(default=24.0, ge=0, le=24 * 30)
     key_use_flush_seconds: float = Field(default=30.0, gt=0, le=3600)
@@ -74,6 +93,18 @@ class ApiConfig(Block):
             raise ValueError(f"api_key is shorter than {MIN_API_KEY_LENGTH} characters "
                              "(try: openssl rand -hex 24)")
         return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, values: list[str]) -> list[str]:
+        """Each entry an address or a network, kept in its canonical form."""
+        out = []
+        for value in values:
+            try:
+                out.append(str(ipaddress.ip_network(value.strip(), strict=False)))
+            except ValueError:
+                raise ValueError(f"{value!r} is not an IP address or CIDR network") from None
+        return out
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ApiConfig:

@@ -34,6 +34,14 @@ mongo:
 #   rates:                        # optional rate card: site -> partition ('*': the rest)
 #     farm: {gpu: {cpu_hour: 0.01, gpu_hour: 0.5}, "*": {cpu_hour: 0.01}}
 
+# retention:                      # global: days bookkeeping is kept (null: forever); TTL
+#                                 # indexes + the pass (cheeto db prune-retention, task retention)
+#   sync_runs_days: 90            # sync runs with their items and steps
+#   audit_runs_days: 365          # audits with their findings (keep > 2 audit intervals)
+#   quota_notices_days: 400       # counted from the end of the notice's quota period
+#   task_results_days: 7          # Celery results (celery_taskmeta), by date_done
+#   # history_days: 3650          # History is kept forever unless set
+
 # ldap:
 #   default:
 #     servers: [ldaps://ldap1.example.org, ldaps://ldap2.example.org]  # tried in order
@@ -94,6 +102,8 @@ mongo:
 #       #   schedule: "0 6 * * 1"
 #       # requests:                  # request_escalate: breaches -> the alerts digest, once
 #       #   schedule: 3600
+#       # retention:                 # the retention pass (the retention section's days)
+#       #   schedule: "30 4 * * *"
 #       ldap_sync:
 #         schedule: "*/15 * * * *"
 #         # full: false
@@ -115,21 +125,28 @@ mongo:
 #   default:
 #     host: 127.0.0.1
 #     port: 8000
-#     # required (32+ characters; the API refuses to start without it unless --insecure);
-#     # clients send it as X-API-Key
-#     api_key: change-me-to-a-random-string-of-32-characters-or-more
+#     # puppet agents use a managed key (`cheeto ng apikey create --name puppet --scope
+#     # puppet:read`, sent as X-API-Key); the static api_key below is deprecated and not
+#     # needed to start (32+ characters if set)
+#     # api_key: change-me-to-a-random-string-of-32-characters-or-more
 #     # prefix: /cheeto          # routes, /healthz and /openapi.json under /cheeto
 #     # root_path: /api          # the path a reverse proxy strips before forwarding
 #     # tls_cert: /etc/cheeto/tls/api.crt   # both or neither: serve HTTPS
 #     # tls_key: /etc/cheeto/tls/api.key
 #     # cache_seconds: 30        # exports rebuilt on a change, else at most every 30 s
 #     # sign-in and API keys (/api/v1; README "Sign-in, roles and the API"):
-#     # managed_keys_only: true  # puppet uses `ng apikey` keys; api_key no longer needed
+#     # managed_keys_only: true  # accepted for compatibility: keeps --insecure closed
 #     # jwt_key_file: /var/lib/cheeto/jwt.key   # default $XDG_STATE_HOME/cheeto/jwt.key
 #     # token_ttl_hours: 8
 #     # login_groups: [hpc-staff]  # only members may sign in (default: every user)
-#     # login_max_failures: 5      # per user and per address, in login_window_seconds
+#     # failed sign-ins, counted in the store for every API process, per window:
+#     # login_max_failures: 5      # one name from one address
+#     # login_user_max_failures: 20   # one name from everywhere: then refused only at
+#     #                               # addresses with failures for it (never its owner's)
+#     # login_address_max_failures: 100   # one address, any names (sprays)
 #     # login_window_seconds: 300
+#     # trusted_proxies: [10.0.0.5/32]   # believe X-Forwarded-For only from these
+#     # max_body_bytes: 1048576    # larger /api/v1 request bodies are a 413
 #     # key_rotation_days: 90      # `ng apikey audit` flags older secrets
 #     # key_overlap_hours: 24      # a rotated key's old secret keeps working this long
 

@@ -12,10 +12,12 @@
   offline).
 
 A site is given by name, fqdn or alias (case-insensitively); an unknown one is a 404,
-never the global key set. ``X-API-Key`` is compared in constant time. ``check_key``
-refuses to serve without ``api.api_key`` unless ``--insecure`` (then still only on
-loopback unless the operator insists). Everything is a query: no request writes anything
-(no History rows).
+never the global key set. The puppet routes take a managed key (``ng apikey``, scope
+``puppet:read``), an operator's token, or the deprecated static ``api.api_key``
+(compared in constant time); none of them is needed to start. Root keys refuse an
+anonymous caller whatever the config; only an API started ``--insecure`` (without a
+static key and without ``managed_keys_only``) serves the storage map anonymously.
+Everything is a query: no request writes anything (no History rows).
 
 Exports are cached per site as rendered bodies (``ExportCache``: a hit serialises
 nothing) and rebuilt when the site's data generation moves (every operation bumps the
@@ -37,6 +39,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +53,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from pymongo.errors import PyMongoError
 
 from .. import __version__
-from ..config import MIN_API_KEY_LENGTH, ApiConfig, Config
-from ..errors import CheetoError, ConfigError, InvalidInput
-from ..queries.exports import root_key_blocks, root_keys_list, root_keys_text, storage_export
-from ..queries.generations import Generation, all_generations, site_generation
+from ..config import ApiConfig, Config
+from ..errors import CheetoError, ConfigError
+from ..operations.generations import poll_generations
+from ..queries.exports import root_keys as root_key_export
+from ..queries.exports import root_keys_list, root_keys_text, storage_export
+from ..queries.generations import Generation, site_generation
 from ..queries.site import find_site
 from ..store import Store, connect
 from ..web.api_v1 import install_v1
 from ..web.dashboard import install_dashboard
-from ..web.deps import puppet_access
+from ..web.deps import puppet_access, puppet_map_access
 
 log = logging.getLogger("cheeto_like.api")
 
@@ -126,17 +131,26 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(api: ApiConfig, host: str, *, insecure: bool) -> None:
-    """Refuse to serve an open API (no ``api_key``) unless ``insecure``: even on loopback,
-    every local user (and every local process a browser can be tricked into calling)
-    could read root's keys and the storage map. With ``managed_keys_only`` the puppet
-    routes take managed keys (``ng apikey``) instead, so nothing is open."""
-    if api.api_key is None and not api.managed_keys_only and not insecure:
-        where = "" if is_loopback(host) else f" on {host}"
-        raise InvalidInput(f"no api.api_key is configured, so the API would be open; refusing "
-                           f"to serve{where}. Set api.api_key (at least "
-                           f"{MIN_API_KEY_LENGTH} characters), or pass --insecure if every "
-                           f"client that can reach it is trusted")
+def open_storage_map(api: ApiConfig, *, insecure: bool) -> bool:
+    """Whether anonymous callers may read the storage map: only on an API started
+    explicitly open (``--insecure``) that has no static key and is not
+    ``managed_keys_only`` (a deployment that configured a credential meant it)."""
+    return insecure and api.api_key is None and not api.managed_keys_only
+
+
+def check_bind(api: ApiConfig, host: str, *, insecure: bool) -> str:
+    """What a caller needs, for the start-up line. Nothing is refused any more: without
+    the deprecated ``api.api_key`` the puppet routes take managed keys (``ng apikey``)
+    and operators' tokens, so an API without it is not open. Root keys always need a
+    credential; ``--insecure`` opens only the storage map (``open_storage_map``), which
+    is worth a warning off loopback."""
+    if open_storage_map(api, insecure=insecure):
+        where = "" if is_loopback(host) else f" to anyone who can reach {host}"
+        return (f"open: the storage map is readable without a credential{where}; "
+                "root keys still need one")
+    if api.api_key is not None:
+        return "managed keys, tokens or the deprecated api.api_key required"
+    return "a managed key (ng apikey) or a token required"
 
 
 def check_tls(api: ApiConfig) -> None:
@@ -179,6 +193,18 @@ def prefers_text(accept: str | None) -> bool:
     return best.get("text/plain", -1.0) > best.get("application/json", -1.0)
 
 
+@dataclass(frozen=True)
+class Expiring:
+    """A body that must not be served from ``at`` (wall-clock epoch seconds) on, whatever
+    the generations say: an export that includes a person or key until their
+    ``expires_at`` goes stale when that passes, and nothing writes (so no generation
+    moves). ``ExportCache`` drops such an entry at its deadline and builds it again
+    before answering."""
+
+    value: Any
+    at: float | None
+
+
 class ExportCache:
     """Rendered export bodies per (route, site), rebuilt when the site's data changes.
 
@@ -195,6 +221,10 @@ class ExportCache:
       background task rebuilds it, so no request waits for a rebuild;
     - missing (the first request for a site): built now; concurrent requests for it
       share that one build (a puppet fleet polling on the same minute costs one).
+
+    - past its deadline (the builder returned ``Expiring``: the soonest expiry among what
+      the body includes): never served; the request waits for the one rebuild, so a
+      root key is gone from the answers the moment its holder expires.
 
     A rebuild records the generation read *before* it started, so a write that lands
     during the rebuild triggers another. Failures are not cached (a failed rebuild is
@@ -214,7 +244,8 @@ class ExportCache:
         self._generations_read: asyncio.Future[dict[str, int]] | None = None
         self._polling: asyncio.Task[None] | None = None
         self._builders: dict[tuple[str, str], Callable[[], Awaitable[Any]]] = {}
-        self._entries: dict[tuple[str, str], tuple[Generation, float, Any]] = {}
+        # key -> (generation, soft expiry, value, hard deadline), times on time.monotonic()
+        self._entries: dict[tuple[str, str], tuple[Generation, float, Any, float | None]] = {}
         self._inflight: dict[tuple[str, str], asyncio.Future[Any]] = {}
         self._refreshing: set[asyncio.Task[Any]] = set()
         self._sites: dict[str, tuple[float, str | None]] = {}
@@ -268,7 +299,7 @@ class ExportCache:
             self._generations_at = time.monotonic()
             log.warning("reading the data generations failed: %s", exc)
             return
-        for key, (built_from, _, _) in list(self._entries.items()):
+        for key, (built_from, _, _, _) in list(self._entries.items()):
             generation = site_generation(found, key[1])
             if built_from != generation and key in self._builders:
                 self._rebuild(key, self._builders[key], generation)
@@ -294,15 +325,19 @@ class ExportCache:
                   compute: Callable[[], Awaitable[Any]]) -> tuple[Any, str]:
         """(value, ``hit``/``stale``/``miss``)."""
         if self.ttl <= 0:
-            return await compute(), "miss"
+            return _unwrap(await compute())[0], "miss"
         generation = site_generation(await self.generations(), key[1])
         entry = self._entries.get(key)
         if entry is not None:
-            built_from, expires, value = entry
-            if built_from == generation and time.monotonic() < expires:
-                return value, "hit"
-            self._rebuild(key, compute, generation)
-            return value, "stale"
+            built_from, expires, value, deadline = entry
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                del self._entries[key]  # never served again: wait for the rebuild below
+            else:
+                if built_from == generation and now < expires:
+                    return value, "hit"
+                self._rebuild(key, compute, generation)
+                return value, "stale"
         pending = self._inflight.get(key)
         if pending is not None:
             return await asyncio.shield(pending), "hit"
@@ -327,14 +362,17 @@ class ExportCache:
     async def _compute(self, key: tuple[str, str], future: asyncio.Future[Any],
                        compute: Callable[[], Awaitable[Any]], generation: Generation) -> Any:
         try:
-            value = await compute()
+            value, at = _unwrap(await compute())
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: nobody else may be waiting
             raise
         finally:
             del self._inflight[key]
-        self._entries[key] = (generation, time.monotonic() + self.ttl, value)
+        now = time.monotonic()
+        # the wall-clock deadline on the monotonic clock the entries use
+        deadline = None if at is None else now + (at - time.time())
+        self._entries[key] = (generation, now + self.ttl, value, deadline)
         future.set_result(value)
         return value
 
@@ -362,8 +400,18 @@ class ExportCache:
         self._generations = None
 
 
-def create_api(config: Config, store: Store | None = None) -> FastAPI:
-    """The FastAPI app; it connects (and closes) its own store unless one is injected."""
+def _unwrap(built: Any) -> tuple[Any, float | None]:
+    """A builder's answer as (value, wall-clock deadline or None)."""
+    if isinstance(built, Expiring):
+        return built.value, built.at
+    return built, None
+
+
+def create_api(config: Config, store: Store | None = None, *,
+               insecure: bool = False) -> FastAPI:
+    """The FastAPI app; it connects (and closes) its own store unless one is injected.
+    ``insecure`` (``cheeto daemon api --insecure``): anonymous callers may read the
+    storage map (``open_storage_map``); root keys always need a credential."""
     api = config.api or ApiConfig()
     prefix = api.prefix
 
@@ -375,7 +423,8 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
             finally:
                 await app.state.cache.close()
             return
-        connected = await connect(config.mongo, autostart=False, create_indexes=False)
+        connected = await connect(config.mongo, autostart=False, create_indexes=False,
+                                  long_running=True)
         app.state.store = connected
         log.info("API connected to %s", connected.description)
         try:
@@ -393,7 +442,7 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
     _mount_docs(app, prefix)
     app.state.store = store
     cache = ExportCache(api.cache_seconds, poll=api.generation_poll_seconds,
-                        read_generations=all_generations)
+                        read_generations=poll_generations)
     app.state.cache = cache
 
     async def resolve_site(value: str) -> str | None:
@@ -410,10 +459,11 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
 
     site_param = PathParam(description="site name, fqdn or alias (case-insensitive)",
                            examples=["farm", "farm.hpc.example.org"])
-    router = APIRouter(prefix=prefix, dependencies=[Depends(puppet_access)], tags=["puppet"])
+    router = APIRouter(prefix=prefix, tags=["puppet"])
 
     @router.get(
         "/puppet/root-keys/{site}", response_model=None,
+        dependencies=[Depends(puppet_access)],  # a credential always (they are root's keys)
         summary="root's authorized_keys for a site",
         responses={200: {"description": "JSON (the reference's shape), or the "
                                         "authorized_keys text when the client prefers "
@@ -425,10 +475,14 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
     async def root_keys(request: Request, site: str = site_param) -> Response:
         name = await site_named(site)
 
-        async def render() -> dict[str, bytes]:
-            blocks = await root_key_blocks(name)
-            return {"text": root_keys_text(blocks).encode(),
-                    "json": _json({"root-ssh-public-keys": root_keys_list(blocks)})}
+        async def render() -> Expiring:
+            found = await root_key_export(name)
+            blocks = found.blocks
+            # gone from the answers when the soonest included expiry passes (no write
+            # moves a generation then)
+            return Expiring({"text": root_keys_text(blocks).encode(),
+                             "json": _json({"root-ssh-public-keys": root_keys_list(blocks)})},
+                            None if found.stale_at is None else found.stale_at.timestamp())
 
         bodies, state = await cache.get(("root-keys", name), render)
         headers = {"Vary": "Accept", "X-Cache": state, **_NO_STORE}
@@ -438,6 +492,7 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
         return Response(bodies["json"], media_type="application/json", headers=headers)
 
     @router.get("/puppet/storage/{site}", response_model=StorageExport,
+                dependencies=[Depends(puppet_map_access)],
                 summary="the storage export of a site", responses=_ERRORS)
     async def storage(site: str = site_param) -> Response:
         name = await site_named(site)
@@ -483,6 +538,7 @@ def create_api(config: Config, store: Store | None = None) -> FastAPI:
         return JSONResponse({"detail": "the store is unavailable"}, status_code=503)
 
     install_v1(app, config)  # /api/v1, sign-in and keys (web/); after the handlers above
+    app.state.auth.open_puppet = open_storage_map(api, insecure=insecure)
     install_dashboard(app, config)  # the web pages at the prefix (web/dashboard/)
     return app
 
@@ -514,8 +570,13 @@ def _json(data: Any) -> bytes:
 
 
 def uvicorn_options(api: ApiConfig, host: str, port: int) -> dict[str, Any]:
-    """Keyword arguments for ``uvicorn.run``/``uvicorn.Config`` (TLS when configured)."""
-    options: dict[str, Any] = {"host": host, "port": port, "proxy_headers": True,
+    """Keyword arguments for ``uvicorn.run``/``uvicorn.Config`` (TLS when configured).
+    ``X-Forwarded-For``/``-Proto`` are believed only from ``api.trusted_proxies`` (uvicorn
+    would trust loopback by default, so anyone on the host could pick their address);
+    with none configured uvicorn reads no proxy headers at all."""
+    options: dict[str, Any] = {"host": host, "port": port,
+                               "proxy_headers": bool(api.trusted_proxies),
+                               "forwarded_allow_ips": list(api.trusted_proxies),
                                "server_header": False, "log_level": "info",
                                "root_path": api.root_path}
     if api.tls_cert is not None and api.tls_key is not None:

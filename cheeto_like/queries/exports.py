@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from ..constants import DEFAULT_SYSTEM_EMAIL
 from ..models import Site, SshKey, User, UserSiteInfo
 from ..models.base import columns
 from ..models.user import authorized_keys_entry
+from . import access_policy
 from .site import get_site
 from .storage import site_storages
 
@@ -33,12 +35,32 @@ class RootKeyBlock:
     entries: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class RootKeys:
+    """The root-key export and when it goes stale with no write: the soonest expiry ahead
+    among the admins, site records and keys it included (None: nothing expires)."""
+
+    blocks: list[RootKeyBlock]
+    stale_at: datetime | None
+
+
 ROOT_SSH = "root-ssh"
 
 
 async def root_key_blocks(site: str | None = None) -> list[RootKeyBlock]:
-    """Admins with effective ``root-ssh`` (at ``site``, which they must be on; globally
-    when no site is given) and at least one key, ordered by name.
+    """``root_keys(site).blocks``."""
+    return (await root_keys(site)).blocks
+
+
+async def root_keys(site: str | None = None, now: datetime | None = None) -> RootKeys:
+    """Admins who may hold root at ``site`` now (which they must be on; globally when no
+    site is given) and have at least one unexpired key, ordered by name.
+
+    "May hold root" is ``queries.access_policy``: ``root-ssh`` in the effective access
+    list, effective status ``active`` (site override, else global) and neither the user
+    nor the site record past ``expires_at``; an expired key is left out. Root access is
+    the one a stale export hurts most, so the export never lists anybody the reaper,
+    an admin or the calendar has taken off.
 
     Reads the admins (a few dozen, by the ``type`` index), their own records at the site
     and the holders' keys, projected: nothing about the site's other people. The first
@@ -46,29 +68,51 @@ async def root_key_blocks(site: str | None = None) -> list[RootKeyBlock]:
     second per request). Reads go through ``columns`` (an aggregation): on the embedded
     store a ``$match`` with ``$in`` runs in SQL there, 2-4x faster than the same ``find``.
     """
+    now = now or datetime.now(UTC)
     admin_rows, _ = await asyncio.gather(
-        columns(User, {"type": "admin"}, "name", "email", "access"),
+        columns(User, {"type": "admin"}, "name", "email", "access", "status", "expires_at"),
         get_site(site) if site is not None else asyncio.sleep(0))  # NotFound: no site
     # (the site check rides along with the admins' read: one round trip fewer)
     admins = {u["name"]: u for u in admin_rows}
+    expiries: dict[str, list[datetime | None]] = {}
     if site is None:
-        holders = sorted(n for n, u in admins.items() if ROOT_SSH in (u["access"] or ()))
+        candidates = {n: (u["status"], u["access"] or (), [u["expires_at"]])
+                      for n, u in admins.items()}
     else:
         records = await columns(UserSiteInfo, {"site": site, "user": {"$in": sorted(admins)}},
-                                "user", "access") if admins else []
-        # queries.user.effective_access: a non-empty override replaces the global list
-        holders = sorted(r["user"] for r in records if r["user"] in admins
-                         and ROOT_SSH in (r["access"] or admins[r["user"]]["access"] or ()))
+                                "user", "access", "status", "expires_at") if admins else []
+        candidates = {}
+        for r in records:
+            user = admins.get(r["user"])
+            if user is None:
+                continue
+            # queries.user.effective_status / effective_access on projected values
+            candidates[r["user"]] = (_status(r["status"], user["status"]),
+                                     r["access"] or user["access"] or (),
+                                     [user["expires_at"], r["expires_at"]])
+    holders = []
+    for name, (status, access, times) in sorted(candidates.items()):
+        if access_policy.grants(status, access, times, now, ROOT_SSH):
+            holders.append(name)
+            expiries[name] = times
     keys: dict[str, list[str]] = {}
+    key_expiries: dict[str, list[datetime | None]] = {}
     if holders:  # only the holders' keys (the issue: nothing about anybody else)
-        found = await columns(SshKey, {"user": {"$in": holders}}, "user", "key", "created_at")
+        found = await columns(SshKey, {"user": {"$in": holders}}, "user", "key", "created_at",
+                              "expires_at")
         # oldest first, as the store sorts (a missing time first); stable for ties
         for key in sorted(found, key=lambda k: (k["created_at"] is not None,
                                                 k["created_at"] or 0)):
+            if access_policy.expired([key["expires_at"]], now):
+                continue
             keys.setdefault(key["user"], []).append(
                 authorized_keys_entry(key["user"], key["key"]))
-    return [RootKeyBlock(name, admins[name]["email"], tuple(keys[name]))
-            for name in holders if keys.get(name)]
+            key_expiries.setdefault(key["user"], []).append(key["expires_at"])
+    shown = [name for name in holders if keys.get(name)]
+    stale_at = access_policy.soonest(
+        (t for name in shown for t in (*expiries[name], *key_expiries[name])), now)
+    return RootKeys([RootKeyBlock(name, admins[name]["email"], tuple(keys[name]))
+                     for name in shown], stale_at)
 
 
 def root_keys_text(blocks: Iterable[RootKeyBlock]) -> str:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import posixpath
+from datetime import UTC, datetime
 from typing import Any
 
 from ..constants import DEFAULT_SHELL
 from ..models import Group, GroupMembership, SlurmAccount, User, UserSiteInfo
 from ..models.base import columns, rows
+from . import access_policy
 from .site import get_site
 from .storage import ResolvedStorage, site_storages
 
@@ -37,15 +39,25 @@ def _group_storage(r: ResolvedStorage) -> dict[str, Any]:
 
 
 USER_FIELDS = ("name", "fullname", "email", "uid", "gid", "password", "shell",
-               "home_directory", "type", "access", "expires_at")
+               "home_directory", "type", "access", "expires_at", "status")
 
 
 def _user_record(user: dict[str, Any], usi: dict[str, Any], *, groups: list[str],
                  sudo: list[str], accounts: list[str],
-                 home: ResolvedStorage | None) -> dict[str, Any]:
+                 home: ResolvedStorage | None, now: datetime) -> dict[str, Any]:
     """One user's entry from projected rows (``models.base.columns``; raw rows hold
-    bson's ``Int64`` for ids past 2**31, hence the ``int()``)."""
-    access = usi.get("access") or user.get("access") or ()  # queries.user.effective_access
+    bson's ``Int64`` for ids past 2**31, hence the ``int()``).
+
+    The access tags (``ssh-tag``, ``sudo-tag``, ``root-ssh-tag``) and the group sudo
+    rights grant access, so they follow ``queries.access_policy`` at the site: none for
+    an inactive, disabled or expired person, no privileged ones (sudo, root-ssh, group
+    sudo) while offboarding. The stored lists are untouched."""
+    listed = usi.get("access") or user.get("access") or ()  # queries.user.effective_access
+    status = usi.get("status") or user.get("status")  # queries.user.effective_status
+    expiries = (user.get("expires_at"), usi.get("expires_at"))
+    access = access_policy.granted(status, listed, expiries, now)
+    if not access_policy.granted(status, ["sudo"], expiries, now):
+        sudo = []  # a group's sudo rights are privileged access too
     tags = sorted({ACCESS_TAGS[a] for a in access if a in ACCESS_TAGS}
                   | ({"system-tag"} if user.get("type") == "system" else set()))
     expiry = usi.get("expires_at") or user.get("expires_at")
@@ -74,7 +86,7 @@ async def site_to_puppet_legacy(site_name: str) -> dict[str, Any]:
     # independent reads, sent together: the store answers one while this process decodes
     # another (the embedded store serves each connection's commands in a thread)
     usi_rows, user_rows, edges, account_rows, all_storages, group_rows = await asyncio.gather(
-        columns(UserSiteInfo, {"site": site.name}, "user", "access", "expires_at"),
+        columns(UserSiteInfo, {"site": site.name}, "user", "access", "expires_at", "status"),
         columns(User, {}, *USER_FIELDS),
         columns(GroupMembership, {"site": site.name}, "user", "group", "roles"),
         rows(SlurmAccount, {"site": site.name}, "group"),
@@ -87,6 +99,7 @@ async def site_to_puppet_legacy(site_name: str) -> dict[str, Any]:
     homes = {r.storage.owner: r for r in storages if r.storage.category == "home"}
     group_storages = [r for r in storages if r.storage.category == "group"]
     sticky = list(site.group.sticky)
+    now = datetime.now(UTC)
 
     members: dict[str, list[str]] = {}
     sudoers: dict[str, list[str]] = {}
@@ -111,7 +124,8 @@ async def site_to_puppet_legacy(site_name: str) -> dict[str, Any]:
                  | {g for g in sticky if g in accounts} | set(site.slurm.sticky))
         user_records[name] = _user_record(user, usis[name], groups=groups,
                                           sudo=sorted(set(sudoers.get(name, []))),
-                                          accounts=sorted(reach), home=homes.get(name))
+                                          accounts=sorted(reach), home=homes.get(name),
+                                          now=now)
 
     wanted = ({e["group"] for e in edges} | set(sticky) | accounts
               | {r.storage.group for r in group_storages})

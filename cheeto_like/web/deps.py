@@ -8,11 +8,15 @@
 - ``principal``: the same, but nobody is a 401.
 - ``authorize(who, action, target)``: ``rules.can`` or a 403.
 - ``puppet_access``: the puppet routes' check (the static ``api.api_key`` still works,
-  logged as deprecated; managed keys with ``puppet:read``; operators' tokens).
+  logged as deprecated; managed keys with ``puppet:read``; operators' tokens); root keys
+  always need one, the storage map (``puppet_map_access``) is anonymous only on an API
+  started ``--insecure``.
 
 Tokens are checked against the revocation collection on every request (one point
-lookup by ``jti``); a person's status and roles are read per request (three queries):
-someone no longer active is a 401 at once, whatever token they hold.
+lookup by ``jti``); a person's record (by the token's user id, with its token version),
+status and roles are read per request (three queries): someone no longer active, or
+whose tokens were revoked or password changed, is a 401 at once, whatever token they
+hold. ``person_from_token`` is that check, shared with the dashboard's sessions.
 """
 
 from __future__ import annotations
@@ -29,10 +33,11 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from ..auth import rules
 from ..auth.apikeys import UsageRecorder, find_key, looks_like_key
 from ..auth.principal import Principal, load_person, machine
-from ..auth.ratelimit import LoginLimiter
+from ..auth.ratelimit import LoginLimiter, Policy
 from ..auth.tokens import BadToken, TokenIssuer
 from ..config import ApiConfig, Config
 from ..models import RevokedToken
+from .client_address import networks
 
 log = logging.getLogger("cheeto_like.api")
 DEPRECATION_LOG_SECONDS = 3600.0
@@ -51,13 +56,16 @@ class Auth:
         self.config = config
         self.api = api
         self.issuer = issuer or TokenIssuer.from_config(api)
-        self.limiter = LoginLimiter(api.login_max_failures, api.login_window_seconds)
+        self.limiter = LoginLimiter(Policy.from_config(api))  # counts in the store
+        self.trusted_proxies = networks(api.trusted_proxies)
         self.recorder = UsageRecorder(None, api.key_use_flush_seconds)
         self.static_key = (api.api_key.get_secret_value().encode()
                            if api.api_key is not None else None)
-        # no static key and not managed_keys_only: the puppet routes stay open, as before
-        # (`cheeto daemon api` only starts so with --insecure)
-        self.open_puppet = self.static_key is None and not api.managed_keys_only
+        # Anonymous callers may read the storage map only on an API started explicitly
+        # open (`cheeto daemon api --insecure`, no static key, not managed_keys_only):
+        # ``daemon.api.create_api(..., insecure=True)`` sets it. Root keys always need a
+        # credential (``puppet_access``), whatever the config.
+        self.open_puppet = False
         self._warned_at = -DEPRECATION_LOG_SECONDS
 
     def warn_static_key(self) -> None:
@@ -78,17 +86,26 @@ def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(401, detail, headers={"WWW-Authenticate": "Bearer"})
 
 
+async def person_from_token(auth: Auth, token: str) -> Principal:
+    """The person a signed token names, or ``BadToken`` saying why not. The one check of
+    a person's token: the bearer header and the dashboard's session cookie both use it,
+    so a session ends exactly when a token would (signature and expiry, the revocation
+    list, the user id still there, the user's token version, an active status)."""
+    claims = auth.issuer.verify(token)
+    if await RevokedToken.find_one({"jti": claims.jti}) is not None:
+        raise BadToken("the token has been revoked")
+    who = await load_person(claims.sub, claims.ver, token_id=claims.jti,
+                            token_exp=claims.exp)
+    if not who.roles:  # no longer active
+        raise BadToken("this account may not sign in")
+    return who
+
+
 async def _from_token(auth: Auth, token: str) -> Principal:
     try:
-        claims = auth.issuer.verify(token)
+        return await person_from_token(auth, token)
     except BadToken as exc:
         raise _unauthorized(str(exc)) from None
-    if await RevokedToken.find_one({"jti": claims.jti}) is not None:
-        raise _unauthorized("the token has been revoked")
-    who = await load_person(claims.sub, token_id=claims.jti, token_exp=claims.exp)
-    if not who.roles:  # the record is gone or no longer active
-        raise _unauthorized("this account may not sign in")
-    return who
 
 
 async def _from_key(auth: Auth, secret: str) -> Principal:
@@ -145,17 +162,32 @@ async def puppet_access(
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
         api_key: Annotated[str | None, Depends(key_header)]) -> None:
-    """The puppet routes: the static key (deprecated), a ``puppet:read`` key or an
-    operator's token. Without a static key, and unless ``api.managed_keys_only``, a
-    request without credentials is served as before (``cheeto daemon api`` only starts
-    so with ``--insecure``)."""
+    """The puppet routes that serve credentials (root keys): the static key
+    (deprecated), a ``puppet:read`` key or an operator's token, always. An anonymous
+    request is a 401 whatever the config: even an API started ``--insecure`` never hands
+    root's authorized_keys to whoever can reach it."""
+    await _puppet_caller(request, credentials, api_key, anonymous=False)
+
+
+async def puppet_map_access(
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+        api_key: Annotated[str | None, Depends(key_header)]) -> None:
+    """The puppet routes that serve no credential (the storage map): as
+    ``puppet_access``, but an anonymous request is served on an API started explicitly
+    open (``Auth.open_puppet``: ``--insecure``, no static key, not managed_keys_only)."""
+    await _puppet_caller(request, credentials, api_key, anonymous=get_auth(request).open_puppet)
+
+
+async def _puppet_caller(request: Request, credentials: HTTPAuthorizationCredentials | None,
+                         api_key: str | None, *, anonymous: bool) -> None:
     auth = get_auth(request)
     if api_key and auth.static_key is not None and secrets.compare_digest(
             _raw(api_key), auth.static_key):
         auth.warn_static_key()
         return
     if credentials is None and not api_key:
-        if auth.open_puppet:
+        if anonymous:
             return
         raise HTTPException(401, "invalid or missing API key",
                             headers={"WWW-Authenticate": "X-API-Key"})
@@ -170,4 +202,5 @@ async def puppet_access(
 
 
 __all__ = ["Auth", "CurrentPrincipal", "authorize", "get_auth",
-           "optional_principal", "principal", "puppet_access"]
+           "optional_principal", "person_from_token", "principal", "puppet_access",
+           "puppet_map_access"]

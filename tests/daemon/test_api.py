@@ -2,7 +2,8 @@
 
 Covers the key check (401 before anything else), site resolution by name, fqdn and alias
 (case-insensitive), 404 for unknown sites (no global fallback), JSON vs text by
-``Accept``, the storage export, /healthz, the prefix, the open mode, and that reads
+``Accept``, the storage export, /healthz, the prefix, the --insecure mode (storage map
+only), cache deadlines, and that reads
 write nothing. The same app under a live uvicorn is in ``test_api_live.py``.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from ruamel.yaml import YAML
 
 from cheeto_like.config import ApiConfig, Config, MongoConfig
 from cheeto_like.daemon.api import (
+    Expiring,
     ExportCache,
     check_bind,
     create_api,
@@ -28,7 +31,6 @@ from cheeto_like.daemon.api import (
     prefers_text,
     uvicorn_options,
 )
-from cheeto_like.errors import InvalidInput
 from cheeto_like.models import History
 from cheeto_like.operations.site import AddSiteAlias
 from cheeto_like.store import Store
@@ -283,12 +285,35 @@ async def test_root_path_is_advertised(seeded):
         assert (r.status_code, r.text) == (200, ROOT_TEXT)
 
 
-async def test_open_mode_without_a_key(seeded):
+async def test_without_a_static_key_nothing_is_anonymous(seeded):
+    """No api.api_key and no --insecure: the puppet routes want a managed key or a token
+    (issue 23: the API starts so, and is not open)."""
     async with client_for(seeded) as http:
+        for path in ("/puppet/root-keys/farm", "/puppet/storage/farm"):
+            r = await http.get(path, headers={"Accept": "text/plain"})
+            assert (r.status_code, r.json()) == (401, {"detail": "invalid or missing API key"})
+
+
+def insecure_client(store: Store, **api: object) -> httpx.AsyncClient:
+    config = Config(mongo=MongoConfig(), api=ApiConfig(**api))  # type: ignore[arg-type]
+    app = create_api(config, store=store, insecure=True)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
+
+
+async def test_insecure_opens_the_storage_map_never_root_keys(seeded):
+    async with insecure_client(seeded) as http:
+        r = await http.get("/puppet/storage/farm")
+        assert r.status_code == 200 and r.json() == STORAGE
+        assert (await http.get("/puppet/storage/nowhere")).status_code == 404
         r = await http.get("/puppet/root-keys/farm", headers={"Accept": "text/plain"})
+        assert (r.status_code, r.json()) == (401, {"detail": "invalid or missing API key"})
+    # a configured credential means the deployment wants one: --insecure opens nothing
+    for api in ({"api_key": KEY}, {"managed_keys_only": True}):
+        async with insecure_client(seeded, **api) as http:
+            assert (await http.get("/puppet/storage/farm")).status_code == 401
+    async with insecure_client(seeded, api_key=KEY) as http:
+        r = await http.get("/puppet/root-keys/farm", headers=TEXT)
         assert (r.status_code, r.text) == (200, ROOT_TEXT)
-        r = await http.get("/puppet/storage/nowhere")
-        assert r.status_code == 404
 
 
 # -- binding rules and config -----------------------------------------------------------
@@ -303,14 +328,19 @@ def test_is_loopback(host, loopback):
     assert is_loopback(host) is loopback
 
 
-def test_open_api_refuses_to_start_without_insecure():
-    with pytest.raises(InvalidInput, match=r"refusing to serve on 0\.0\.0\.0"):
-        check_bind(ApiConfig(), "0.0.0.0", insecure=False)
-    with pytest.raises(InvalidInput, match=r"refusing to serve\. Set api\.api_key"):
-        check_bind(ApiConfig(), "127.0.0.1", insecure=False)
-    check_bind(ApiConfig(), "0.0.0.0", insecure=True)
-    check_bind(ApiConfig(), "127.0.0.1", insecure=True)
-    check_bind(ApiConfig(api_key=KEY), "0.0.0.0", insecure=False)  # type: ignore[arg-type]
+def test_the_api_starts_without_a_static_key():
+    """Nothing is refused (managed keys and sign-in exist); the start-up line says what a
+    caller needs, and warns when --insecure opens the storage map off loopback."""
+    assert check_bind(ApiConfig(), "0.0.0.0", insecure=False) == (
+        "a managed key (ng apikey) or a token required")
+    assert check_bind(ApiConfig(api_key=KEY), "0.0.0.0",  # type: ignore[arg-type]
+                      insecure=True).endswith("deprecated api.api_key required")
+    assert check_bind(ApiConfig(), "127.0.0.1", insecure=True) == (
+        "open: the storage map is readable without a credential; root keys still need one")
+    assert "to anyone who can reach 0.0.0.0" in check_bind(ApiConfig(), "0.0.0.0",
+                                                           insecure=True)
+    assert check_bind(ApiConfig(managed_keys_only=True), "0.0.0.0", insecure=True) == (
+        "a managed key (ng apikey) or a token required")
 
 
 @pytest.mark.parametrize("key", ["k" * 31, " " * 40, "short"])
@@ -359,6 +389,26 @@ async def test_export_cache_computes_once_per_ttl_and_once_at_a_time():
     uncached = ExportCache(0)
     assert [await uncached.get(("k", "s"), compute) for _ in range(2)] == [(3, "miss"),
                                                                           (4, "miss")]
+
+
+async def test_an_entry_past_its_deadline_is_never_served():
+    """A body built with ``Expiring(at=…)`` (the soonest expiry it includes) is rebuilt
+    before answering once ``at`` passes, although no generation moved and ``ttl`` is far
+    off: stale-while-revalidate would hand out an expired root key once more."""
+    calls = 0
+
+    async def compute() -> Expiring:
+        nonlocal calls
+        calls += 1
+        return Expiring(calls, time.time() + 0.3 if calls == 1 else None)
+
+    cache = ExportCache(3600)
+    assert await cache.get(("root-keys", "farm"), compute) == (1, "miss")
+    assert await cache.get(("root-keys", "farm"), compute) == (1, "hit")
+    await asyncio.sleep(0.35)
+    assert await cache.get(("root-keys", "farm"), compute) == (2, "miss")  # waited for it
+    assert await cache.get(("root-keys", "farm"), compute) == (2, "hit")  # no deadline now
+    assert calls == 2
 
 
 async def test_export_cache_serves_stale_while_one_refresh_runs():

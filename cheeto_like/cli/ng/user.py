@@ -14,6 +14,7 @@ from ...files import read_small_text
 from ...models import SshKey, User
 from ...operations import user as ops
 from ...operations.user_site import AddSiteUser, RemoveSiteUser
+from ...queries.access_policy import grant_warning
 from ...queries.group import user_groups_at_site
 from ...queries.site import get_site
 from ...queries.slurm import user_slurm_at_site
@@ -355,6 +356,9 @@ async def user_add_access(args: argparse.Namespace) -> None:
                                 site=args.site)
     scope = f" at {args.site}" if args.site else ""
     ctx.out.success(f"[bold]{esc(args.user)}[/] has {esc(', '.join(args.access))}{esc(scope)}")
+    # recorded either way (it comes back on reactivation); exports follow the status
+    if warning := await grant_warning(args.user, args.access, args.site):
+        ctx.out.warn(esc(warning))
 
 
 @command("ng", "user", "remove", "access", help="revoke access, globally or at one site",
