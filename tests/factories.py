@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +148,28 @@ async def home_defaults(store: Store, site: str = "farm", *, volume: str = "home
         await make_map(store, automount_map, "/home", site=site, options=["rw", "nosuid"])
         settings["home_automount_map"] = automount_map
     await SetSiteStorageDefaults.run(store, AUTHOR, site=site, **settings)
+
+
+async def insert_sync_run(run: Any, items: Sequence[Any] = ()) -> Any:
+    """Insert a ``SyncRun`` and its items as ``SyncRunItem`` documents (a run keeps no
+    ``items`` list: they are documents of their own)."""
+    from cheeto_like.models import SyncRunItem
+
+    await run.insert()
+    for n, item in enumerate(items):
+        await SyncRunItem(id=f"{run.id}:{n}", run=run.id, index=n, started_at=run.started_at,
+                          **item.model_dump()).insert()
+    return run
+
+
+async def insert_audit_run(run: Any, findings: Sequence[dict[str, Any]] = (),
+                           resolved: Sequence[dict[str, Any]] = ()) -> Any:
+    """Insert an ``AuditRun`` and its findings as ``AuditFinding`` documents."""
+    from cheeto_like.models import AuditFinding
+
+    await run.insert()
+    for name, tag, found in (("findings", "f", findings), ("resolved", "r", resolved)):
+        for n, data in enumerate(found):
+            await AuditFinding(id=f"{run.id}:{tag}:{n}", run=run.id, list=name, index=n,
+                               started_at=run.started_at, data=data).insert()
+    return run

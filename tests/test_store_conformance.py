@@ -795,3 +795,81 @@ async def test_bulk_write_of_set_upserts_by_id_creates_and_updates_in_one_comman
     assert [s.index for s in await SyncStep.find({"run": "r1"}).to_list()] in ([0, 1], [1, 0])
     assert (await steps.delete_many({"run": "r1"})).deleted_count == 2
     assert [d["_id"] async for d in steps.find({})] == ["r2:0"]
+
+
+# -- retention and bounded run documents (issue 24) -----------------------------------------
+
+
+async def test_compound_indexes_are_listed_with_their_fields_in_order(empty_db):
+    """``sync_runs``' (site, -started_at) and the ledger's (site, user, end_epoch): the
+    store keeps the fields in order (the embedded store reports every direction as 1)."""
+    collection = empty_db.database["conformance_compound"]
+    await collection.create_index([("site", 1), ("started_at", -1)])
+    await collection.create_index([("site", 1), ("user", 1), ("end_epoch", 1)])
+    found = {tuple(dict(i["key"])) async for i in await collection.list_indexes()}
+    assert {("site", "started_at"), ("site", "user", "end_epoch")} <= found
+    await collection.insert_many([{"_id": f"r{n}", "site": "farm", "user": "a",
+                                   "end_epoch": n} for n in range(5)])
+    where = {"site": "farm", "user": "a", "end_epoch": {"$gte": 1, "$lt": 4}}
+    assert await collection.count_documents(where) == 3
+
+
+async def test_a_ttl_index_takes_a_new_expiry_and_a_range_delete_by_chunks_of_ids(empty_db):
+    """What ``operations.retention`` does: a TTL index on a datetime (listed with its
+    ``expireAfterSeconds``), a new expiry (MongoDB: ``collMod`` when create conflicts; the
+    embedded store: create replaces it), dropping it back to a plain index, and the pass's
+    ``$lt`` datetime range read as ``_id``s, then deleted with ``$in``."""
+    from pymongo.errors import OperationFailure
+
+    collection = empty_db.database["conformance_ttl"]
+    now = datetime.now(UTC)
+    await collection.insert_many([{"_id": f"d{n}", "at": now - timedelta(days=n * 10)}
+                                  for n in range(6)])
+    cutoff = now - timedelta(days=25)
+    ids = [d["_id"] async for d in collection.find({"at": {"$lt": cutoff}}, {"_id": 1})
+           .limit(2)]
+    assert len(ids) == 2 and set(ids) <= {"d3", "d4", "d5"}
+    assert (await collection.delete_many({"_id": {"$in": ids}})).deleted_count == 2
+
+    async def ttl() -> dict:
+        [found] = [dict(i) async for i in await collection.list_indexes()
+                   if tuple(dict(i["key"])) == ("at",)]
+        return found
+
+    await collection.create_index([("at", 1)], name="retention_at", expireAfterSeconds=86400)
+    assert (await ttl())["expireAfterSeconds"] == 86400
+    try:
+        await collection.create_index([("at", 1)], name="retention_at",
+                                      expireAfterSeconds=2 * 86400)
+    except OperationFailure as exc:
+        assert exc.code in (85, 86)
+        await empty_db.database.command({"collMod": "conformance_ttl", "index": {
+            "keyPattern": {"at": 1}, "expireAfterSeconds": 2 * 86400}})
+    assert (await ttl())["expireAfterSeconds"] == 2 * 86400
+    name = (await ttl())["name"]
+    await collection.drop_index(name)
+    await collection.create_index([("at", 1)], name=name)
+    assert "expireAfterSeconds" not in await ttl()
+    # one day's expiry would have taken all but d0; without a TTL every other stays
+    assert await collection.count_documents({}) == 4
+
+
+async def test_a_bulk_write_of_inserts_then_sets_by_id_keeps_inserted_datetimes(empty_db):
+    """``RunJournal`` stores a plan's items: new ones ``InsertOne`` (a datetime inserted
+    stays a datetime; a ``$set`` one would come back as text on the embedded store),
+    known ones ``UpdateOne`` ``$set`` of strings by ``_id``, in one ordered bulk_write."""
+    from pymongo import InsertOne
+
+    collection = empty_db.database["conformance_items"]
+    when = datetime(2031, 2, 3, 4, 5, 6, tzinfo=UTC)
+    await collection.bulk_write([InsertOne({"_id": f"r:{n}", "run": "r", "index": n,
+                                            "started_at": when, "outcome": "planned"})
+                                 for n in range(3)], ordered=True)
+    await collection.bulk_write([UpdateOne({"_id": "r:1"}, {"$set": {"outcome": "ok",
+                                                                     "detail": "0.1s"}}),
+                                 InsertOne({"_id": "r:3", "run": "r", "index": 3,
+                                            "started_at": when, "outcome": "skipped"})],
+                                ordered=True)
+    docs = sorted([d async for d in collection.find({"run": "r"})], key=lambda d: d["index"])
+    assert [d["outcome"] for d in docs] == ["planned", "ok", "planned", "skipped"]
+    assert all(d["started_at"] == when for d in docs) and docs[1]["detail"] == "0.1s"

@@ -80,6 +80,9 @@ NODES: tuple[Node, ...] = (
     C("db restore", "db_tools",
       "load an archive from `db dump` into the database (all or nothing; refuses a "
       "non-empty database without --force)"),
+    C("db prune-retention", "db_retention",
+      "delete bookkeeping older than the retention section's days (sync runs, audits, quota "
+      "notices, task results) and set the TTL indexes"),
     C("ipython", "ipython", "an interactive Python shell with the store open and the models "
       "imported"),
     G("migrate", "move in: import from another deployment"),

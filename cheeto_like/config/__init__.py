@@ -42,6 +42,7 @@ from .people import (
     IAMRefresh,
 )
 from .requests import RequestKindConfig, RequestsConfig
+from .retention import RetentionConfig
 from .skeleton import SKELETON
 from .slurm import SlurmConfig
 from .store import EmbeddedStoreConfig, MongoConfig
@@ -57,6 +58,7 @@ from .tasks import (
     PuppetSyncTask,
     ReapTask,
     RequestEscalateTask,
+    RetentionTask,
     SiteTaskBlock,
     SlurmSyncTask,
     SympaTask,
@@ -103,6 +105,8 @@ __all__ = [
     "RequestEscalateTask",
     "RequestKindConfig",
     "RequestsConfig",
+    "RetentionConfig",
+    "RetentionTask",
     "SMTPConfig",
     "SiteTaskBlock",
     "SlurmConfig",

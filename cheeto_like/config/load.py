@@ -21,6 +21,7 @@ from .mail import AlertsConfig, AuditConfig, MailConfig
 from .paths import DEFAULT_PROFILE, PROFILED_SECTIONS
 from .people import HippoConfig, IAMConfig
 from .requests import RequestsConfig
+from .retention import RetentionConfig
 from .slurm import SlurmConfig
 from .store import MongoConfig
 from .usage import UsageConfig
@@ -44,6 +45,7 @@ class Config(Block):
     usage: UsageConfig = Field(default_factory=UsageConfig)
     client: ClientConfig | None = None
     requests: RequestsConfig = Field(default_factory=RequestsConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
 
 
 class _ConfigFile(BaseModel):
@@ -64,6 +66,7 @@ class _ConfigFile(BaseModel):
     usage: UsageConfig = Field(default_factory=UsageConfig)
     client: ClientConfig | None = None
     requests: RequestsConfig = Field(default_factory=RequestsConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
 
 
 def resolve_config_path(explicit: str | os.PathLike[str] | None) -> tuple[Path, bool]:
@@ -107,7 +110,7 @@ def load_config(path: str | os.PathLike[str] | None = None, profile: str | None 
                   mail=parsed.mail, alerts=parsed.alerts, audit=parsed.audit,
                   slurm=parsed.slurm,
                   usage=parsed.usage, client=parsed.client,
-                  requests=parsed.requests, **picked)
+                  requests=parsed.requests, retention=parsed.retention, **picked)
 
 
 def _check_profile(parsed: _ConfigFile, chosen: str, file_path: Path) -> None:

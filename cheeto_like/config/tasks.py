@@ -130,6 +130,11 @@ class ReapTask(TaskBlock):
     notify: bool = True  # tell deactivated users
 
 
+class RetentionTask(TaskBlock):
+    """``cheeto.retention`` (block ``retention``): the retention pass (TTL indexes, then
+    what is past the ``retention`` section's days deleted in chunks), e.g. daily."""
+
+
 class AlertDigestTask(TaskBlock):
     """``cheeto.alert_digest`` (block ``alerts``; the ``alerts`` section says to whom)."""
 
@@ -175,3 +180,4 @@ class DaemonTasks(Block):
     requests: RequestEscalateTask | None = None  # the request_escalate task
     cluster_monitor: ClusterMonitorTask | None = None
     audit: AuditTask | None = None  # the audit task
+    retention: RetentionTask | None = None  # the retention task

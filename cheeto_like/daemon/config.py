@@ -64,6 +64,7 @@ TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (
     TaskSpec("request_escalate", "requests", "request-escalate", per_site=False),
     TaskSpec("cluster_monitor", "cluster_monitor", "cluster-monitor", on_site_queue=True),
     TaskSpec("audit", "audit", "weekly-audit", per_site=False, needs=("audit",)),
+    TaskSpec("retention", "retention", "retention", per_site=False),
 )}
 BY_CELERY_NAME = {spec.celery_name: spec for spec in TASKS.values()}
 

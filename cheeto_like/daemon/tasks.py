@@ -128,7 +128,7 @@ async def resolve_author(store: Store, author: str) -> str:
 async def _locked_run(config: Config, spec: TaskSpec, block: TaskBlock, site: str,
                       body: Body) -> dict[str, Any]:
     daemon = daemon_config(config)
-    store = await connect(config.mongo, autostart=False)
+    store = await connect(config.mongo, autostart=False, long_running=True)
     try:
         author = await resolve_author(store, daemon.author)
         ttl = TASK_LEASE_TTL
@@ -361,11 +361,23 @@ def request_escalate(self: Task) -> dict[str, Any]:
     return run_task(self, "request_escalate", None, request_escalate_body)
 
 
+def retention(self: Task) -> dict[str, Any]:
+    """The retention pass: TTL indexes set, bookkeeping past its days deleted in chunks."""
+    return run_task(self, "retention", None, _retention)
+
+
+async def _retention(store: Store, config: Config, block: Any, site: str,
+                     author: str) -> dict[str, Any]:
+    from ..operations.retention import prune
+
+    return (await prune(store, config.retention)).as_dict()
+
+
 FUNCTIONS = {"slurm_sync": slurm_sync, "usage_collect": usage_collect, "ldap_sync": ldap_sync,
              "sympa_export": sympa_export, "puppet_sync": puppet_sync,
              "hippo_process": hippo_process, "iam_sync": iam_sync, "reap": reap,
              "alert_digest": alert_digest, "request_escalate": request_escalate,
-             "cluster_monitor": cluster_monitor, "audit": audit}
+             "cluster_monitor": cluster_monitor, "audit": audit, "retention": retention}
 
 
 def register_tasks(app: Celery) -> dict[str, Task]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from beanie import Document
 
-from .audit import AuditRun
+from .audit import AuditFinding, AuditRun
 from .auth import ApiKey, RevokedToken, RoleGrant
 from .group import Group, GroupMembership
 from .hippo import HippoEvent
@@ -21,7 +21,7 @@ from .slurm import (
     SlurmQOS,
 )
 from .storage import AutomountMap, StaticMount, Storage, StorageVolume
-from .sync import SyncLease, SyncRun, SyncStep
+from .sync import SyncLease, SyncRun, SyncRunItem, SyncStep
 from .usage import GpuFactor, UsageCursor, UsageRecord
 from .user import SshKey, User, UserSiteInfo
 
@@ -29,14 +29,15 @@ ALL_MODELS: tuple[type[Document], ...] = (
     Site, User, SshKey, Group, UserSiteInfo, GroupMembership,
     SlurmAccount, SlurmAllocation, SlurmPartition, SlurmQOS, SlurmAssociation,
     AutomountMap, StorageVolume, StaticMount, Storage,
-    History, HippoEvent, SyncRun, SyncStep, SyncLease, NameClaim,
+    History, HippoEvent, SyncRun, SyncRunItem, SyncStep, SyncLease, NameClaim,
     UsageRecord, UsageCursor, GpuFactor, Quota, QuotaDefaults, QuotaAdjustment, QuotaNotice,
-    RoleGrant, ApiKey, RevokedToken, Request, AuditRun,
+    RoleGrant, ApiKey, RevokedToken, Request, AuditRun, AuditFinding,
 )
 
 __all__ = [
     "ALL_MODELS",
     "ApiKey",
+    "AuditFinding",
     "AuditRun",
     "AutomountMap",
     "GpuFactor",
@@ -64,6 +65,7 @@ __all__ = [
     "StorageVolume",
     "SyncLease",
     "SyncRun",
+    "SyncRunItem",
     "SyncStep",
     "UsageCursor",
     "UsageRecord",

@@ -183,6 +183,10 @@ class QuotaNotice(BaseDoc):
     resource: Resource
     threshold: int = Field(ge=1, le=1000)
     period_start: datetime
+    # the end of that period: what retention counts from (``retention.quota_notices_days``
+    # after it, a TTL index deletes the notice), so a notice outlives its period and is
+    # never sent twice in it; None on rows from before it (kept)
+    period_end: datetime | None = None
     percent: float
     to: list[str] = Field(default_factory=list)
     # when it was sent (epoch seconds): the operator digest lists the notices sent since

@@ -1,12 +1,16 @@
-"""Bookkeeping for outward syncs: one ``SyncRun`` per run, one ``SyncLease`` per target,
-and a ``SyncStep`` per command a running apply has started.
+"""Bookkeeping for outward syncs: one ``SyncRun`` per run, one ``SyncRunItem`` per item of
+its plan, one ``SyncLease`` per target, and a ``SyncStep`` per command a running apply
+has started.
 
-A run stores its plan counts and every item's outcome, which is what drift reports and
-"why can't alice submit?" read. The lease makes sure that at most one run per
-(target, site) is in flight, whichever worker or admin started it. While an apply runs,
-each command's progress lives in its own small ``SyncStep`` (``sync.runs.RunJournal``):
-rewriting the run's whole item list before every command made an apply quadratic in its
-plan (issue 18). The steps are folded into the run when it ends or is closed as crashed.
+A run stores its plan counts; its items' outcomes, which is what drift reports and "why
+can't alice submit?" read, are documents of their own (``sync_items``): a first apply of
+150k associations made a 15-18 MB ``items`` list, past MongoDB's 16 MiB document limit
+(issue 24). Read them through ``queries.sync_runs.run_items``/``live_items``. The lease
+makes sure that at most one run per (target, site) is in flight, whichever worker or
+admin started it. While an apply runs, each command's progress lives in its own small
+``SyncStep`` (``sync.runs.RunJournal``): rewriting the run's whole item list before
+every command made an apply quadratic in its plan (issue 18). The steps are folded into
+the run's items when it ends or is closed as crashed.
 """
 
 from __future__ import annotations
@@ -55,7 +59,8 @@ class SyncRun(Document):
     # crashed: found ``running`` after its holder died or lost the lease (sync.runs)
     status: Literal["running", "ok", "failed", "aborted", "crashed"] = "running"
     counts: dict[str, int] = Field(default_factory=dict)
-    items: list[SyncItem] = Field(default_factory=list)
+    # no ``items``: they are ``SyncRunItem`` documents (a run document stays small
+    # whatever the plan's size); runs from before keep theirs, read by ``run_items``
     error: str | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
     holder: str | None = None  # host:pid:nonce of the process running it
@@ -63,14 +68,42 @@ class SyncRun(Document):
 
     class Settings:
         name = "sync_runs"
-        indexes = [index("target", "site", "-started_at"), index("status")]
+        # (target, site, -started_at): the last run, the budget's window; (site,
+        # -started_at): the runs pages; finished_at: the alert digest's window. The
+        # single-field ``started_at`` index is retention's (a TTL index: sync.retention)
+        indexes = [index("target", "site", "-started_at"), index("status"),
+                   index("site", "-started_at"), index("finished_at")]
+
+
+class SyncRunItem(Document):
+    """One item of a run (``SyncItem``'s fields): ``_id`` is ``<run id>:<index>``, the
+    index in the run's list. Written in bounded bulk batches (``sync.runs.RunJournal``):
+    inserted once, then only ``outcome``/``detail`` ``$set`` by ``_id``. ``started_at`` is
+    the run's, so retention expires a run's items with it (MongoDB's TTL monitor deletes
+    no related documents)."""
+
+    id: str  # type: ignore[assignment]
+    run: str
+    index: int
+    started_at: datetime
+    batch: str
+    command: str = ""
+    targets: list[str] = Field(default_factory=list)
+    outcome: Outcome = "planned"
+    detail: str = ""
+    removals: int = 0
+
+    class Settings:
+        name = "sync_items"
+        indexes = [index("run")]
 
 
 class SyncStep(Document):
     """The write-ahead record of one started item of a ``running`` run: ``_id`` is
-    ``<run id>:<index in run.items>``. Only ``outcome`` and ``detail`` change while a run
-    applies, so each step writes a few dozen bytes whatever the plan's size; the run's
-    ``items`` hold the rest (``sync.runs.live_items`` overlays the two)."""
+    ``<run id>:<index in the run's items>``. Only ``outcome`` and ``detail`` change while a
+    run applies, so each step writes a few dozen bytes whatever the plan's size; the
+    run's ``SyncRunItem`` documents hold the rest (``queries.sync_runs.live_items``
+    overlays the two)."""
 
     id: str  # type: ignore[assignment]
     run: str

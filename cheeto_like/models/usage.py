@@ -68,8 +68,11 @@ class UsageRecord(BaseDoc):
 
     class Settings(BaseDoc.Settings):
         name = "usage_records"
+        # the ledger's sums match (site, end_epoch range[, user | account]): a compound
+        # index per shape, so MongoDB reads one site's period, not every site's ledger
         indexes = [unique("key"), index("site"), index("user"), index("account"),
-                   index("end_epoch")]
+                   index("end_epoch"), index("site", "end_epoch"),
+                   index("site", "user", "end_epoch"), index("site", "account", "end_epoch")]
 
 
 class UsageCursor(BaseDoc):

@@ -125,7 +125,7 @@ async def send_quota_notices(store: Store, author: str | None, config: Config, s
                 await QuotaNotice(
                     key=notice_key(site, s.kind, s.name, d.resource, threshold, s.start),
                     site=site, kind=s.kind, subject=s.name, resource=d.resource,
-                    threshold=threshold, period_start=s.start,
+                    threshold=threshold, period_start=s.start, period_end=s.end,
                     percent=d.usage.percent or 0.0, to=to,
                     noticed_epoch=int(now.timestamp())).insert(session=session)
     return report

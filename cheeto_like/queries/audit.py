@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ..models import Group, GroupMembership, SlurmAllocation, User, UserSiteInfo
+from ..models import (
+    AuditFinding,
+    AuditRun,
+    Group,
+    GroupMembership,
+    SlurmAllocation,
+    User,
+    UserSiteInfo,
+)
 from .exports import root_key_blocks
 from .sync_runs import last_sync_run
 from .user import effective_access, effective_status
@@ -250,3 +258,20 @@ async def api_key_findings(*, rotation_days: int, unused_days: int) -> list[Find
                              f"{item.name} ({item.prefix}…)", item.detail,
                              f"cheeto ng apikey {verb} --name {item.name}"))
     return found
+
+
+async def run_findings(run: AuditRun) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The findings and the resolved findings of ``run``, as stored (``Finding.as_dict``),
+    in the order the audit listed them: one indexed query on ``audit_findings``. A run
+    from before they had their own collection keeps them on its document (read raw)."""
+    found: dict[str, list[tuple[int, dict[str, Any]]]] = {"findings": [], "resolved": []}
+    async for doc in AuditFinding.get_pymongo_collection().find(
+            {"run": run.id}, {"list": 1, "index": 1, "data": 1}):
+        found.setdefault(doc["list"], []).append((int(doc["index"]), doc["data"]))
+    if not found["findings"] and not found["resolved"]:
+        legacy = await AuditRun.get_pymongo_collection().find_one(
+            {"_id": run.id}, {"findings": 1, "resolved": 1})
+        return list((legacy or {}).get("findings") or []), \
+            list((legacy or {}).get("resolved") or [])
+    return ([d for _, d in sorted(found["findings"], key=lambda p: p[0])],
+            [d for _, d in sorted(found["resolved"], key=lambda p: p[0])])

@@ -5,17 +5,20 @@ one took the newest run of any kind and the other the newest *applied* run, so a
 after an apply made them name different runs. "The last sync" is the newest ``SyncRun``
 of the (target, site), dry run or not, by ``started_at``; its ``apply`` flag says which.
 
-A ``running`` apply keeps its commands' outcomes in ``SyncStep`` documents, not in its
-``items`` (rewriting the whole list before each command was quadratic: sync/runs.py), so
-whatever shows a run's items reads them through ``live_items``.
+A run's items are ``SyncRunItem`` documents (``sync_items``), not a list on the run (a
+150k-association apply made a 15-18 MB list, past the 16 MiB document limit), and a
+``running`` apply keeps its commands' outcomes in ``SyncStep`` documents until it ends
+(rewriting the whole list before each command was quadratic: sync/runs.py), so whatever
+shows a run's items reads them through ``live_items`` (or ``items_of_runs`` for a page).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from ..models import SyncRun, SyncStep
+from ..models import SyncRun, SyncRunItem, SyncStep
 from ..models.sync import SyncItem
 from .site import Session
 
@@ -45,9 +48,79 @@ async def run_steps(run_id: str, session: Session = None) -> list[dict[str, Any]
         {"run": run_id}, session=session)]
 
 
+ITEM_FIELDS = ("batch", "command", "targets", "outcome", "detail", "removals")
+
+
+def _item(doc: Mapping[str, Any]) -> SyncItem:
+    return SyncItem.model_validate({k: doc[k] for k in ITEM_FIELDS if k in doc})
+
+
+async def run_items(run_id: str, session: Session = None) -> list[SyncItem]:
+    """The stored items of a run in plan order: one indexed query on ``sync_items``
+    (sorted here: the embedded store scans for a filter plus a sort). A run from before
+    items had their own collection keeps them on its document, read raw."""
+    docs = [doc async for doc in SyncRunItem.get_pymongo_collection().find(
+        {"run": run_id}, {"_id": 0, "run": 0, "started_at": 0}, session=session)]
+    if not docs:
+        return (await _legacy_items([run_id], session)).get(run_id, [])
+    docs.sort(key=lambda d: int(d["index"]))
+    return [_item(d) for d in docs]
+
+
+async def _legacy_items(run_ids: Sequence[str],
+                        session: Session = None) -> dict[str, list[SyncItem]]:
+    """``items`` kept on run documents written before ``sync_items`` (none on new runs)."""
+    if not run_ids:
+        return {}
+    out: dict[str, list[SyncItem]] = {}
+    async for doc in SyncRun.get_pymongo_collection().find(
+            {"_id": {"$in": list(run_ids)}}, {"items": 1}, session=session):
+        if doc.get("items"):
+            out[str(doc["_id"])] = [_item(i) for i in doc["items"]]
+    return out
+
+
 async def live_items(run: SyncRun, session: Session = None) -> list[SyncItem]:
-    """The items of ``run`` as they stand: a ``running`` run's outcomes are in its step
-    documents until it ends (one more query); any other run's are in ``run.items``."""
+    """The items of ``run`` as they stand: its ``sync_items`` documents, with a
+    ``running`` run's step outcomes put on them (one more query)."""
+    items = await run_items(run.id, session)
     if run.status != "running":
-        return run.items
-    return overlay(run.items, await run_steps(run.id, session))
+        return items
+    return overlay(items, await run_steps(run.id, session))
+
+
+async def items_of_runs(runs: Sequence[SyncRun],
+                        session: Session = None) -> dict[str, list[SyncItem]]:
+    """``live_items`` of several runs in a fixed number of queries (one ``$in`` on
+    ``sync_items``, one on ``sync_steps`` if some run is ``running``, one for runs from
+    before ``sync_items``), for pages that list runs with their items."""
+    ids = [r.id for r in runs]
+    found: dict[str, list[tuple[int, SyncItem]]] = {i: [] for i in ids}
+    if ids:
+        async for doc in SyncRunItem.get_pymongo_collection().find(
+                {"run": {"$in": ids}}, {"_id": 0, "started_at": 0}, session=session):
+            if doc["run"] in found:
+                found[doc["run"]].append((int(doc["index"]), _item(doc)))
+    out = {i: [item for _, item in sorted(pairs, key=lambda p: p[0])]
+           for i, pairs in found.items()}
+    out |= await _legacy_items([i for i in ids if not out[i]], session)
+    running = [r.id for r in runs if r.status == "running"]
+    if running:
+        steps: dict[str, list[dict[str, Any]]] = {}
+        async for step in SyncStep.get_pymongo_collection().find(
+                {"run": {"$in": running}}, session=session):
+            steps.setdefault(step["run"], []).append(step)
+        for run_id in running:
+            out[run_id] = overlay(out[run_id], steps.get(run_id, []))
+    return out
+
+
+@dataclass(frozen=True)
+class ShownRun:
+    """A run with its items, for templates that show both (``r.items``, ``r.status``)."""
+
+    run: SyncRun
+    items: list[SyncItem]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.run, name)

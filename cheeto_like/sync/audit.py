@@ -25,7 +25,7 @@ from datetime import datetime
 
 from ..config import LDAPConfig
 from ..errors import CheetoError
-from ..models import AuditRun, User, UserSiteInfo
+from ..models import AuditFinding, AuditRun, User, UserSiteInfo
 from ..models.fields import utcnow
 from ..queries.audit import (
     INACTIVE,
@@ -34,6 +34,7 @@ from ..queries.audit import (
     allocation_findings,
     api_key_findings,
     quota_findings,
+    run_findings,
     severity_rank,
     store_findings,
 )
@@ -41,6 +42,8 @@ from ..queries.site import get_site, list_sites
 from ..queries.user import effective_status
 from ..store import Store
 from .slurm_actual import Policy, StateReader
+
+FINDINGS_BATCH = 1000  # AuditFinding documents per insert
 
 
 async def _inactive_at(site: str, now: datetime) -> set[str]:
@@ -135,6 +138,20 @@ async def previous_run(scope: str, *, before: str | None = None) -> AuditRun | N
     return next((r for r in runs if r.id != before and r.finished_at is not None), None)
 
 
+async def write_findings(store: Store, run: AuditRun, findings: list[Finding],
+                         resolved: list[Finding]) -> None:
+    """Insert the run's findings as ``AuditFinding`` documents, ``FINDINGS_BATCH`` a
+    round trip: however many there are, no document nears the 16 MiB limit."""
+    docs = [{"_id": f"{run.id}:{tag}:{n}", "run": run.id, "list": name, "index": n,
+             "started_at": run.started_at, "data": f.as_dict()}
+            for name, tag, found in (("findings", "f", findings), ("resolved", "r", resolved))
+            for n, f in enumerate(found)]
+    collection = AuditFinding.get_pymongo_collection()
+    for start in range(0, len(docs), FINDINGS_BATCH):
+        async with store.exclusive():
+            await collection.insert_many(docs[start:start + FINDINGS_BATCH], ordered=True)
+
+
 def _dedupe(findings: list[Finding]) -> list[Finding]:
     seen: dict[str, Finding] = {}
     for finding in findings:
@@ -188,7 +205,7 @@ async def run_audit(store: Store, *, sites: list[str] | None = None,
     findings = _dedupe(findings)
 
     previous = await previous_run(scope)
-    before = {d["key"]: d for d in previous.findings} if previous else {}
+    before = {d["key"]: d for d in (await run_findings(previous))[0]} if previous else {}
     for finding in findings:
         finding.status = "ongoing" if finding.key in before else "new"
     current = {f.key for f in findings}
@@ -198,11 +215,13 @@ async def run_audit(store: Store, *, sites: list[str] | None = None,
         item.status = "resolved"
     run = AuditRun(scope=scope, author=author, started_at=now,
                    started_ms=int(now.timestamp() * 1000), finished_at=utcnow(),
-                   findings=[f.as_dict() for f in findings],
-                   resolved=[f.as_dict() for f in resolved], sources=sources)
+                   sources=sources)
     report = AuditReport(run.id, scope, now, findings, resolved, sources,
                          previous_at=previous.started_at if previous else None)
     run.counts = report.counts()
+    # the findings first, the run last: a run is "the previous audit" only once it is
+    # stored (``previous_run``), so one cut short leaves no half-listed run behind
+    await write_findings(store, run, findings, resolved)
     async with store.exclusive():
         await run.insert()
     return report

@@ -415,6 +415,7 @@ async def _run(store: Store, config: LDAPConfig, site: str, *, scope: Scope,
                               "max_deletions": max_deletions})
     async with store.exclusive():
         await sync_run.insert()
+    journal = RunJournal(store, sync_run)
     report: Report | None = None
     try:
         for user in sorted(scope.only_users or ()):
@@ -465,7 +466,7 @@ async def _run(store: Store, config: LDAPConfig, site: str, *, scope: Scope,
                 before = Counter(connected.writes)
                 report.items = await apply_plan(planned, connected, concurrency=concurrency,
                                                 max_deletions=max_deletions, held=held,
-                                                journal=RunJournal(store, sync_run))
+                                                journal=journal)
                 report.writes = dict(Counter(connected.writes) - before)
                 clock.lap("apply")
                 if whole and through_ms is not None:
@@ -502,10 +503,10 @@ async def _run(store: Store, config: LDAPConfig, site: str, *, scope: Scope,
                                               if i.outcome == "ok"),
                                "watermarked": report.watermarked,
                                "redirtied": report.redirtied}
-            sync_run.items = _stored_items(report.items)
             sync_run.extra["notes"] = list(report.plan.notes)
             sync_run.extra["timings"] = report.timings
             sync_run.extra["items_total"] = len(report.items)
+            await journal.finish(_stored_items(report.items))
         async with store.exclusive():
             await sync_run.save()
 
@@ -622,7 +623,7 @@ async def clear_tree(store: Store, config: LDAPConfig, *, base: str, exclude: li
         sync_run.duration_s = round(time.monotonic() - started, 3)
         if report is not None:
             sync_run.counts = {"deletions": len(report.dns)}
-            sync_run.items = _stored_items(report.items)
+            await RunJournal(store, sync_run).finish(_stored_items(report.items))
         async with store.exclusive():
             await sync_run.save()
 

@@ -30,7 +30,7 @@ from ..queries.puppet_legacy import site_to_puppet_legacy
 from ..queries.site import get_site
 from ..store import Store
 from .lease import holder_name, lease
-from .runs import close_stale_runs
+from .runs import RunJournal, close_stale_runs
 
 TARGET = "puppet"
 KEYS_DIR = "keys"
@@ -131,9 +131,10 @@ async def sync_puppet(store: Store, site_name: str, repo_path: str | Path, *,
         run.finished_at = utcnow()
         run.duration_s = round(time.monotonic() - started, 3)
         run.counts = {"files": len(report.changed)}
-        run.items = [SyncItem(batch="files", command="write or delete", targets=[path],
-                              outcome="ok" if report.committed else "planned")
-                     for path in report.changed]
+        await RunJournal(store, run).finish([
+            SyncItem(batch="files", command="write or delete", targets=[path],
+                     outcome="ok" if report.committed else "planned")
+            for path in report.changed])
         run.extra |= {"commit": report.commit, "pushed": report.pushed}
         async with store.exclusive():
             await run.save()

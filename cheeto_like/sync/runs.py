@@ -3,9 +3,11 @@ rolling deletion budget read from past runs.
 
 Why a write-ahead log: a run killed mid-apply (SIGKILL, a lost node) must leave behind
 exactly which outside commands ran. The apply writes the whole plan as ``planned``
-items first, then, before each command, one store round trip that closes the previous
-command's outcome and marks the next one ``started``: after a crash every item is
-``ok``/``failed``/… (ran), ``started`` (may have run) or ``planned`` (did not).
+items first (``SyncRunItem`` documents, ``ITEM_BATCH`` a round trip: a list on the run
+passed the 16 MiB document limit at 150k associations), then, before each command, one
+store round trip that closes the previous command's outcome and marks the next one
+``started``: after a crash every item is ``ok``/``failed``/… (ran), ``started`` (may
+have run) or ``planned`` (did not).
 
 Why a ``SyncStep`` document per started command rather than the run's ``items``: the
 embedded store cannot update one element of a list (``items.N`` paths are refused,
@@ -14,9 +16,10 @@ portable: tests/test_store_conformance.py), so updating the run meant ``$set``-i
 whole list before every command, n writes of n items: quadratic (issue 18; 1,500
 commands rewrote 1,500 items 1,500 times). A step is a few dozen bytes written by ``_id``
 (``RunJournal.steps``: one ``bulk_write`` of upserts), whatever the plan's size. The run
-ends by saving every item with its outcome and dropping its steps; a crashed run is
-closed by folding its steps into its items (``close_stale_runs``). Until then, whoever
-reads a ``running`` run's items reads ``queries.sync_runs.live_items``.
+ends by writing the outcomes that changed (``RunJournal.finish``: only ``outcome`` and
+``detail``, by ``_id``) and dropping its steps; a crashed run is closed by folding its
+steps into its items (``close_stale_runs``). Until then, whoever reads a ``running``
+run's items reads ``queries.sync_runs.live_items``.
 
 Why crash detection here: nothing runs when a process dies, so whoever looks next closes
 the run. A ``running`` run is stale when the lease it ran under is no longer its holder's
@@ -32,17 +35,18 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
-from pymongo import UpdateOne
+from pymongo import InsertOne, UpdateOne
 
 from ..errors import GuardTripped
-from ..models import SyncLease, SyncRun, SyncStep
+from ..models import SyncLease, SyncRun, SyncRunItem, SyncStep
 from ..models.fields import utcnow
 from ..models.sync import SyncItem, epoch_ms
-from ..queries.sync_runs import overlay, run_steps
+from ..queries.sync_runs import overlay, run_items, run_steps
 from ..store import Store
 from .lease import holder_is_gone
 
 BUDGET_WINDOW = timedelta(hours=24)
+ITEM_BATCH = 1000  # SyncRunItem writes per bulk_write: a few hundred KB, whatever the plan
 
 
 def removed_by(items: list[SyncItem]) -> int:
@@ -56,22 +60,26 @@ def step_id(run_id: str, index: int) -> str:
 
 
 class RunJournal:
-    """Writes a run's items ahead of the commands they describe: the whole list once
-    (``write``), then one small write per step (``steps``), never the list again."""
+    """Writes a run's items ahead of the commands they describe: each item once
+    (``write``), then one small write per step (``steps``), then the outcomes that
+    changed (``finish``), never the list again."""
 
     def __init__(self, store: Store, run: SyncRun) -> None:
         self.store, self.run = store, run
         self.items: list[SyncItem] = []  # the list last written whole; steps change it
+        self.stored: list[tuple[str, str]] = []  # (outcome, detail) of each stored item
         self.writes = 0
         self.stepped = False
 
     async def write(self, items: list[SyncItem], *, removed: int | None = None,
                     **extra: Any) -> None:
-        """Store the whole ``items`` list on the run (the plan, or LDAP's few batches).
-        ``removed`` overrides the count from ``items`` (a run that stores only some of
-        its items, or counts a whole batch before it starts)."""
-        fields: dict[str, Any] = {"items": [i.model_dump() for i in items],
-                                  "counts.removed": removed_by(items) if removed is None
+        """Store ``items`` as the run's items (the plan, or LDAP's list so far, which only
+        grows) and the run's removal count and ``extra``. Items already stored are
+        rewritten only where their outcome or detail changed. ``removed`` overrides the
+        count from ``items`` (a run that stores only some of its items, or counts a
+        whole batch before it starts)."""
+        await self._store_items(items)
+        fields: dict[str, Any] = {"counts.removed": removed_by(items) if removed is None
                                   else removed}
         fields |= {f"extra.{k}": v for k, v in extra.items()}
         async with self.store.exclusive():
@@ -79,6 +87,35 @@ class RunJournal:
                                                               {"$set": fields})
         self.items = items
         self.writes += 1
+
+    async def finish(self, items: list[SyncItem]) -> None:
+        """Store the run's final items (before its final save): new ones inserted,
+        changed outcomes set. A run without a journal (a dry run, puppet) stores its
+        items here, once."""
+        await self._store_items(items)
+        self.items = items
+
+    async def _store_items(self, items: list[SyncItem]) -> None:
+        """New items are inserted whole (``started_at`` is a datetime, which a ``$set``
+        would store as text on the embedded store), known ones get ``outcome``/``detail``
+        by ``_id``; ``ITEM_BATCH`` writes a round trip."""
+        ops: list[InsertOne[Any] | UpdateOne] = []
+        for n, item in enumerate(items):
+            now = (item.outcome, item.detail)
+            if n < len(self.stored):
+                if self.stored[n] != now:
+                    ops.append(UpdateOne({"_id": step_id(self.run.id, n)},
+                                         {"$set": {"outcome": item.outcome,
+                                                   "detail": item.detail}}))
+            else:
+                ops.append(InsertOne({"_id": step_id(self.run.id, n), "run": self.run.id,
+                                      "index": n, "started_at": self.run.started_at,
+                                      **item.model_dump()}))
+        collection = SyncRunItem.get_pymongo_collection()
+        for start in range(0, len(ops), ITEM_BATCH):
+            async with self.store.exclusive():
+                await collection.bulk_write(ops[start:start + ITEM_BATCH], ordered=True)
+        self.stored = [(i.outcome, i.detail) for i in items]
 
     async def steps(self, indexes: Iterable[int]) -> None:
         """Record the current outcome and detail of the items at ``indexes`` (of the list
@@ -137,15 +174,15 @@ async def close_stale_runs(store: Store, *, target: str | None = None,
         if not _stale(doc, leases, now):
             continue
         steps = await run_steps(str(doc["_id"]))
-        items = overlay([SyncItem.model_validate(i) for i in doc.get("items") or []], steps)
+        items = overlay(await run_items(str(doc["_id"])), steps)
         in_flight = [i.command for i in items if i.outcome == "started"]
         error = "crashed: its process died or lost the lease mid-run" + (
             f"; in flight: {in_flight[0]}" if in_flight else "")
         removed = max(removed_by(items), int((doc.get("counts") or {}).get("removed") or 0))
         fields: dict[str, Any] = {"status": "crashed", "error": error,
                                   "counts.removed": removed}
-        if steps:  # the run keeps what its steps said, so they can go
-            fields["items"] = [i.model_dump() for i in items]
+        if steps:  # the run's items keep what its steps said, so they can go
+            await _fold_steps(store, str(doc["_id"]), items, steps)
         async with store.exclusive():
             done = await runs.update_one({"_id": doc["_id"], "status": "running"},
                                          {"$set": fields, "$currentDate": {"finished_at": True}})
@@ -157,6 +194,24 @@ async def close_stale_runs(store: Store, *, target: str | None = None,
         closed.append(str(doc["_id"]))
     await drop_finished_steps(store)
     return closed
+
+
+async def _fold_steps(store: Store, run_id: str, items: list[SyncItem],
+                      steps: list[dict[str, Any]]) -> None:
+    """Put each step's outcome on the run's item at its index (by ``_id``, bounded
+    batches); a run from before ``sync_items`` gets its items inserted whole."""
+    if not await SyncRunItem.get_pymongo_collection().find_one({"run": run_id}, {"_id": 1}):
+        run = await SyncRun.get(run_id)
+        if run is not None:
+            await RunJournal(store, run).finish(items)
+        return
+    ops = [UpdateOne({"_id": step_id(run_id, int(s["index"]))},
+                     {"$set": {"outcome": s["outcome"], "detail": s.get("detail", "")}})
+           for s in steps if isinstance(s.get("index"), int) and 0 <= s["index"] < len(items)]
+    collection = SyncRunItem.get_pymongo_collection()
+    for start in range(0, len(ops), ITEM_BATCH):
+        async with store.exclusive():
+            await collection.bulk_write(ops[start:start + ITEM_BATCH], ordered=True)
 
 
 async def drop_finished_steps(store: Store) -> int:
@@ -182,9 +237,10 @@ async def removed_recently(target: str, site: str, *, window: timedelta = BUDGET
     """Removals applied at (target, site) by runs that started within ``window``."""
     since = utcnow() - window
     total = 0
+    # (target, site, started_at range): the (target, site, -started_at) index's shape
     async for doc in SyncRun.get_pymongo_collection().find(
-            {"started_at": {"$gte": since}}, {"target": 1, "site": 1, "counts": 1,
-                                              "apply": 1}):
+            {"target": target, "site": site, "started_at": {"$gte": since}},
+            {"target": 1, "site": 1, "counts": 1, "apply": 1}):
         if doc.get("target") == target and doc.get("site") == site and doc.get("apply") \
                 and doc["_id"] != exclude:
             total += int((doc.get("counts") or {}).get("removed") or 0)

@@ -229,9 +229,9 @@ async def _run(store: Store, site: str, cluster: str, *, reader: StateReader,
                           "removals": len(report.plan.removals),
                           "removed": removed_by(items),
                           "pending": len(report.pending)}
-            run.items = items
             run.extra |= {"conflicts": list(report.plan.conflicts),
                           "notes": list(report.plan.notes)}
+            await journal.finish(items)  # the outcomes, before the run says it ended
         async with store.exclusive():
             await run.save()
-        await journal.discard_steps()  # the run holds every outcome now
+        await journal.discard_steps()  # the run's items hold every outcome now

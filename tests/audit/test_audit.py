@@ -140,8 +140,17 @@ async def test_the_next_audit_marks_new_ongoing_and_resolved(db, world):
     runs = await AuditRun.find({"scope": lab.site}).to_list()
     assert len(runs) == 2
     stored = next(r for r in runs if r.id == second.run_id)
-    assert stored.counts == second.counts() and len(stored.findings) == len(second.findings)
-    assert stored.resolved[0]["kind"] == "inactive_holds_privilege"
+    from cheeto_like.models import AuditFinding
+    from cheeto_like.queries.audit import run_findings
+
+    findings, resolved = await run_findings(stored)
+    assert stored.counts == second.counts() and len(findings) == len(second.findings)
+    assert [f["key"] for f in findings] == [f.key for f in second.findings]
+    assert resolved[0]["kind"] == "inactive_holds_privilege"
+    # one document per finding (none of them on the run), each under the 16 MiB limit
+    assert await AuditFinding.find({"run": stored.id}).count() == len(findings) + 1
+    raw = await AuditRun.get_pymongo_collection().find_one({"_id": stored.id})
+    assert "findings" not in raw and "resolved" not in raw
 
 
 async def test_an_unreadable_source_is_a_finding(db, world):

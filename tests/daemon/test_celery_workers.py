@@ -30,6 +30,7 @@ from cheeto_like.operations import slurm as slurm_ops
 from cheeto_like.operations.group_membership import AddGroupMember
 from cheeto_like.operations.user import AddUserSshKey, SetUserStatus
 from cheeto_like.queries.exports import sympa_emails, sympa_text
+from cheeto_like.queries.sync_runs import live_items
 from cheeto_like.store import Store
 from tests.conftest import module_database, seed_access_status, wipe
 from tests.factories import AUTHOR, ED25519_KEY, make_group, make_site, make_user
@@ -372,7 +373,7 @@ async def test_a_sync_whose_commands_fail_is_a_failure_after_recording_its_run(
     run = await SyncRun.find({"target": "slurm", "site": SITE}).sort(
         -SyncRun.started_at).first_or_none()
     assert run.status == "failed" and run.error == "1 command(s) failed, 0 skipped"
-    assert [i.outcome for i in run.items] == ["failed"]
+    assert [i.outcome for i in await live_items(run)] == ["failed"]
     assert "dmn3" not in assoc_users(slurm_accounting)
     r = await enqueue(cli, daemon, "slurm_sync", "--site", SITE, "--wait")
     assert r.code == 0 and "dmn3" in assoc_users(slurm_accounting)

@@ -19,15 +19,16 @@ from beanie import BackLink, Link, PydanticObjectId
 from bson import DBRef, ObjectId
 from pydantic import BaseModel
 
-from cheeto_like.models import ALL_MODELS, SyncLease, SyncStep
+from cheeto_like.models import ALL_MODELS, AuditFinding, SyncLease, SyncRunItem, SyncStep
 from cheeto_like.models.base import BaseDoc
 from cheeto_like.models.references import GROUP_REFERENCES, USER_REFERENCES
 
 USER_REF_NAMES = {"user", "owner", "coordinators", "target_user", "author"}
 GROUP_REF_NAMES = {"group", "account", "sticky", "default_account", "target_groups"}
 FORBIDDEN = (Link, BackLink, PydanticObjectId, ObjectId, DBRef)
-# ``_id`` given by the caller: ``<target>:<site>``, ``<run id>:<item index>``
-NATURAL_KEY_IDS = {SyncLease, SyncStep}
+# ``_id`` given by the caller: ``<target>:<site>``, ``<run id>:<item index>``,
+# ``<audit run id>:<f|r>:<index>``
+NATURAL_KEY_IDS = {SyncLease, SyncStep, SyncRunItem, AuditFinding}
 
 
 def leaf_types(annotation: Any) -> list[Any]:

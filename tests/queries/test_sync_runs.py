@@ -10,16 +10,17 @@ from ruamel.yaml import YAML
 from cheeto_like.models import SyncRun
 from cheeto_like.models.sync import SyncItem
 from cheeto_like.queries.sync_runs import last_sync_run
-from tests.factories import make_site, make_user, put_on_site
+from tests.factories import insert_sync_run, make_site, make_user, put_on_site
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
 
 async def _runs() -> tuple[SyncRun, SyncRun]:
     applied = SyncRun(target="slurm", site="farm", apply=True, status="ok", author="cron",
-                      started_at=T0, finished_at=T0 + timedelta(seconds=3), duration_s=3.0,
-                      items=[SyncItem(batch="add associations", command="add user alice",
-                                      targets=["alice@lab/cpu"], outcome="ok")])
+                      started_at=T0, finished_at=T0 + timedelta(seconds=3), duration_s=3.0)
+    await insert_sync_run(applied, [SyncItem(batch="add associations",
+                                             command="add user alice",
+                                             targets=["alice@lab/cpu"], outcome="ok")])
     dry = SyncRun(target="slurm", site="farm", apply=False, status="ok", author="ops",
                   started_at=T0 + timedelta(hours=1),
                   finished_at=T0 + timedelta(hours=1, seconds=2), duration_s=2.0)
@@ -27,7 +28,7 @@ async def _runs() -> tuple[SyncRun, SyncRun]:
                     started_at=T0 + timedelta(hours=2))
     elsewhere = SyncRun(target="slurm", site="hive", apply=True, status="ok",
                         started_at=T0 + timedelta(hours=3))
-    for run in (applied, dry, other, elsewhere):
+    for run in (dry, other, elsewhere):
         await run.insert()
     return applied, dry
 

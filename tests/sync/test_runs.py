@@ -15,7 +15,7 @@ from cheeto_like.models import SyncRun, SyncStep
 from cheeto_like.models.fields import utcnow
 from cheeto_like.models.sync import SyncItem
 from cheeto_like.queries.alerts import build_digest
-from cheeto_like.queries.sync_runs import live_items
+from cheeto_like.queries.sync_runs import live_items, run_items
 from cheeto_like.sync.lease import holder_name, lease
 from cheeto_like.sync.runs import (
     RunJournal,
@@ -62,12 +62,13 @@ async def test_a_crashed_run_keeps_its_items_and_counts_what_may_have_run(db):
                       removals=2),
              SyncItem(batch="delete accounts", command="remove c", removals=1)]
     run = SyncRun(target="slurm", site="farm", apply=True, holder=await dead_holder(),
-                  lease="slurm:farm", items=items)
+                  lease="slurm:farm")
     await run.insert()
+    await RunJournal(db, run).write(items)
     assert await close_stale_runs(db, target="slurm", site="farm") == [run.id]
     back = await SyncRun.get(run.id)
     assert back.status == "crashed" and "in flight: remove b" in back.error
-    assert [i.outcome for i in back.items] == ["ok", "started", "planned"]
+    assert [i.outcome for i in await live_items(back)] == ["ok", "started", "planned"]
     assert back.counts["removed"] == 5 and back.finished_at is not None
     assert await removed_recently("slurm", "farm") == 5
     digest = await build_digest(db, since=utcnow() - timedelta(hours=1), now=utcnow(),
@@ -97,7 +98,7 @@ async def test_a_crashed_run_folds_its_step_documents_into_its_items(db):
     theirs.items[0].outcome = "started"
     await theirs.steps([0])
     back = await SyncRun.get(run.id)
-    assert [i.outcome for i in back.items] == ["planned"] * 4  # the plan, written once
+    assert [i.outcome for i in await run_items(back.id)] == ["planned"] * 4  # written once
     assert [i.outcome for i in await live_items(back)] == ["ok", "failed", "started",
                                                            "planned"]
     assert await removed_recently("slurm", "farm") == 0  # counted once closed
@@ -105,11 +106,11 @@ async def test_a_crashed_run_folds_its_step_documents_into_its_items(db):
     assert await close_stale_runs(db) == [run.id]
     closed = await SyncRun.get(run.id)
     assert closed.status == "crashed" and "in flight: remove c" in closed.error
-    assert [(i.outcome, i.detail) for i in closed.items] == [
+    assert [(i.outcome, i.detail) for i in await run_items(closed.id)] == [
         ("ok", "0.10s"), ("failed", ""), ("started", ""), ("planned", "")]
     assert closed.counts["removed"] == 4  # ok (3) + started (1); failed removed nothing
     assert await removed_recently("slurm", "farm") == 4
-    assert await live_items(closed) == closed.items
+    assert await live_items(closed) == await run_items(closed.id)
     assert await SyncStep.find({"run": run.id}).count() == 0
     # a live run's steps are left alone
     assert [i.outcome for i in await live_items(await SyncRun.get(other.id))] == ["started"]

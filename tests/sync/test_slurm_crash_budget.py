@@ -38,7 +38,7 @@ from cheeto_like.models.fields import utcnow
 from cheeto_like.operations import slurm as slurm_ops
 from cheeto_like.operations.group_membership import AddGroupMember
 from cheeto_like.operations.user import SetUserStatus
-from cheeto_like.queries.sync_runs import live_items
+from cheeto_like.queries.sync_runs import live_items, run_items
 from cheeto_like.sync.lease import lease
 from cheeto_like.sync.runs import RunJournal, close_stale_runs
 from cheeto_like.sync.slurm import apply_plan, sync_site
@@ -141,7 +141,7 @@ async def test_a_killed_apply_is_closed_as_crashed_and_the_next_one_takes_over(
             await proc.wait()
     run = await SyncRun.get(run.id)
     assert run.status == "running" and run.lease == f"slurm:{site}"
-    assert {i.outcome for i in run.items} == {"planned"}  # the plan, written once
+    assert {i.outcome for i in await run_items(run.id)} == {"planned"}  # written once
     items = await live_items(run)
     done = [i for i in items if i.outcome == "ok"]
     assert len(done) >= 3 and "planned" in await outcomes(run)  # killed before the end
@@ -166,7 +166,7 @@ async def test_a_killed_apply_is_closed_as_crashed_and_the_next_one_takes_over(
     crashed = await SyncRun.get(run.id)
     assert crashed.status == "crashed" and crashed.finished_at is not None
     # the record is kept: the steps are folded into the run's items, then dropped
-    assert [i.outcome for i in crashed.items] == [i.outcome for i in items]
+    assert [i.outcome for i in await run_items(crashed.id)] == [i.outcome for i in items]
     assert await SyncStep.find({"run": run.id}).count() == 0
 
     # the next apply waits only for the short lease to expire, then converges
@@ -204,7 +204,6 @@ async def test_a_run_left_running_by_a_dead_holder_is_closed_by_the_next_apply(d
     await dead.wait()
     ghost = SyncRun(target="slurm", site=site, apply=True, holder=f"{os.uname().nodename}:"
                     f"{dead.pid}:gone", lease=f"slurm:{site}")
-    ghost.items = []
     await ghost.insert()
     runner = SAcctMgr(env=slurm_env.env, timeout=30)
     report = await sync_site(db, site, reader=SAcctMgrReader(runner), runner=runner, apply=True)
@@ -317,14 +316,17 @@ def test_the_jobs_active_classifier():
 
 
 class Updates(monitoring.CommandListener):
-    """Every ``update`` command: (collection, its statements)."""
+    """Every ``update`` command: (collection, its statements); ``insert``s in ``inserts``."""
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, list[dict[str, Any]]]] = []
+        self.inserts: list[tuple[str, list[dict[str, Any]]]] = []
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         if event.command_name == "update":
             self.seen.append((event.command["update"], list(event.command["updates"])))
+        elif event.command_name == "insert":
+            self.inserts.append((event.command["insert"], list(event.command["documents"])))
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         pass
@@ -360,8 +362,12 @@ async def test_write_ahead_writes_the_plan_once_then_two_small_steps_per_command
     assert await SyncStep.find({"run": run.id}).count() == 0
 
     plan_writes = [u for c, u in updates.seen if c == "sync_runs"]
+    item_writes = [u for c, u in updates.inserts if c == "sync_items"]
     step_writes = [u for c, u in updates.seen if c == "sync_steps"]
-    assert len(plan_writes) == 1 and len(plan_writes[0][0]["u"]["$set"]["items"]) == n
+    # the plan: its items inserted once (one batch of n), the run's counts set once
+    assert len(item_writes) == 1 and len(item_writes[0]) == n
+    assert len(plan_writes) == 1 and "items" not in plan_writes[0][0]["u"]["$set"]
+    assert [u for c, u in updates.seen if c == "sync_items"] == []  # nothing rewritten
     # one write per command (+ the last outcome): it closes the previous step and starts
     # the next, two documents that carry none of the other items
     assert len(step_writes) == n + 1
@@ -372,7 +378,7 @@ async def test_write_ahead_writes_the_plan_once_then_two_small_steps_per_command
     assert all(set(s["u"]["$set"]) == {"run", "index", "outcome", "detail"} and s["upsert"]
                for w in step_writes for s in w)
     sizes = [len(bson.encode({"updates": w})) for w in step_writes[1:n]]
-    plan_size = len(bson.encode({"updates": plan_writes[0]}))
+    plan_size = len(bson.encode({"documents": item_writes[0]}))
     assert max(sizes) - min(sizes) <= 8  # only the indexes' digits differ
     assert max(sizes) * 50 < plan_size
 
@@ -407,11 +413,11 @@ async def test_a_cancelled_apply_saves_its_outcomes_so_far_and_drops_its_steps(d
         await task
     saved = await SyncRun.get(run.id)
     assert saved.status == "running"
-    assert [i.outcome for i in saved.items][:3] == ["ok", "ok", "started"]
-    assert {i.outcome for i in saved.items[3:]} == {"planned"}
+    kept = await run_items(saved.id)
+    assert [i.outcome for i in kept][:3] == ["ok", "ok", "started"]
+    assert {i.outcome for i in kept[3:]} == {"planned"}
     assert await SyncStep.find({"run": run.id}).count() == 0
     assert await close_stale_runs(db, target="slurm", site=site) == [run.id]  # released
     crashed = await SyncRun.get(run.id)
-    assert crashed.status == "crashed" and f"in flight: {saved.items[2].command}" in \
-        crashed.error
-    assert [i.outcome for i in crashed.items] == [i.outcome for i in saved.items]
+    assert crashed.status == "crashed" and f"in flight: {kept[2].command}" in crashed.error
+    assert [i.outcome for i in await run_items(crashed.id)] == [i.outcome for i in kept]

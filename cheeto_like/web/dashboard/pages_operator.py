@@ -148,13 +148,13 @@ async def _save(request: Request, form: str) -> Response:
 
 async def runs_context(site: str | None) -> dict[str, Any]:
     from ...models import AuditRun, SyncRun
-    from ...queries.sync_runs import live_items
+    from ...queries.audit import run_findings
+    from ...queries.sync_runs import ShownRun, items_of_runs
 
     where = {"site": site} if site else {}
-    runs = await SyncRun.find(where).sort(-SyncRun.started_at).limit(RUNS_SHOWN).to_list()
-    for run in runs:  # a running apply's outcomes are in its steps (one query per such run)
-        if run.status == "running":
-            run.items = await live_items(run)
+    found = await SyncRun.find(where).sort(-SyncRun.started_at).limit(RUNS_SHOWN).to_list()
+    items = await items_of_runs(found)  # their own documents: two queries for the page
+    runs = [ShownRun(run, items[run.id]) for run in found]
     latest: dict[tuple[str, str], Any] = {}
     for run in runs:
         latest.setdefault((run.target, run.site), run)
@@ -163,7 +163,7 @@ async def runs_context(site: str | None) -> dict[str, Any]:
              for i in r.items if i.outcome in ("planned", "pending", "failed")]
     audits = await AuditRun.find({}).sort(-AuditRun.started_ms).limit(1).to_list()
     audit = audits[0] if audits else None
-    findings = [f for f in (audit.findings if audit else [])
+    findings = [f for f in ((await run_findings(audit))[0] if audit else [])
                 if site is None or f.get("site") in (None, site)]
     return {"runs": runs, "drift": drift, "audit": audit, "findings": findings}
 

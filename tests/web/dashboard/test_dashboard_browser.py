@@ -13,6 +13,7 @@ import pytest
 
 from cheeto_like.models import AuditRun, History, Quota, RevokedToken, RoleGrant, SyncRun
 from cheeto_like.models.sync import SyncItem
+from tests.factories import insert_audit_run, insert_sync_run
 from tests.web.dashboard.conftest import LDAP_PASSWORDS, ROLE_LOGINS, Browser
 
 PAGES = {"me": "/me", "accounts": "/accounts", "operator": "/operator",
@@ -36,17 +37,17 @@ async def sign_in_as(browser: Browser, role: str) -> str:
 async def a_sync_run(dash_world):  # type: ignore[no-untyped-def]
     """One dry Slurm run with a planned and a failed command (drift to show), and an
     audit with one finding."""
-    await SyncRun(target="slurm", site="farm", author="olga", apply=False, status="ok",
-                  counts={"planned": 2}, items=[
-                      SyncItem(batch="users", command="sacctmgr -i add user alice "
-                               "account=lab", targets=["alice@lab"], outcome="planned"),
-                      SyncItem(batch="users", command="sacctmgr -i modify user bob",
-                               targets=["bob"], outcome="failed", detail="<b>nope</b>")]
-                  ).insert()
-    await AuditRun(scope="*", author="olga", findings=[
+    await insert_sync_run(
+        SyncRun(target="slurm", site="farm", author="olga", apply=False, status="ok",
+                counts={"planned": 2}),
+        [SyncItem(batch="users", command="sacctmgr -i add user alice account=lab",
+                  targets=["alice@lab"], outcome="planned"),
+         SyncItem(batch="users", command="sacctmgr -i modify user bob", targets=["bob"],
+                  outcome="failed", detail="<b>nope</b>")])
+    await insert_audit_run(AuditRun(scope="*", author="olga"), [
         {"key": "expired|farm|carl", "severity": "high", "kind": "expired", "site": "farm",
          "object": "carl", "detail": "expired but still in slurm", "fix": "ng user remove",
-         "status": "new"}]).insert()
+         "status": "new"}])
 
 
 async def test_session_cookie_is_httponly_secure_strict(browser: Browser) -> None:
