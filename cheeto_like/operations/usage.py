@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pydantic import Field
 from pymongo.asynchronous.client_session import AsyncClientSession
 
 from ..adapters.sacct import Sacct, SacctJob
@@ -193,14 +194,24 @@ async def _move_watermark(store: Store, cursor: UsageCursor | None, site: str, c
 class PruneUsage(Operation):
     """Delete a site's (or every site's) ledger records of jobs that ended before
     ``before``. Quotas over periods that reach back past it lose that usage: the
-    command says how many records go; ``dry_run`` only counts them."""
+    command says how many records go; ``dry_run`` only counts them.
+
+    Not one transaction: a million ledger rows would outlive a replica set's 60 s
+    ``transactionLifetimeLimitSeconds`` and its cache. The records go ``chunk`` at a time
+    in ``_id`` order (find the next ids past the last one, delete those ids, the cut
+    re-checked in the delete's filter), each delete its own short write, and one History
+    row summarises the run. Resumable by nature: an interrupted prune leaves only
+    records that are past the cut anyway, and a rerun deletes the rest (its row counts
+    what that run deleted)."""
 
     op_name = "prune_usage"
+    transactional = False
 
     class Args(OpArgs):
         before: datetime
         site: SiteName | None = None
         dry_run: bool = False
+        chunk: int = Field(default=CHUNK, ge=1, le=100_000)
 
     async def execute(self, session: AsyncClientSession) -> int:
         if self.args.before > utcnow():
@@ -212,19 +223,32 @@ class PruneUsage(Operation):
         if self.args.site is not None:
             where["site"] = self.args.site
         collection = UsageRecord.get_pymongo_collection()
+        self.deleted, self.chunks = 0, 0
         if self.args.dry_run:
             self.deleted = await collection.count_documents(where, session=session)
-        else:
-            self.deleted = (await collection.delete_many(where, session=session)).deleted_count
+            return self.deleted
+        last: str | None = None
+        while True:
+            page = dict(where) if last is None else {**where, "_id": {"$gt": last}}
+            ids = [doc["_id"] async for doc in collection.find(
+                page, {"_id": 1}, session=session).sort("_id", 1).limit(self.args.chunk)]
+            if not ids:
+                break
+            result = await collection.delete_many({"_id": {"$in": ids}, **where},
+                                                  session=session)
+            self.deleted += result.deleted_count
+            self.chunks += 1
+            last = ids[-1]
         return self.deleted
 
     def describe(self) -> dict[str, Any]:
         return {"site": self.args.site, "before": self.args.before.isoformat(),
-                "deleted": self.deleted, "dry_run": self.args.dry_run}
+                "deleted": self.deleted, "dry_run": self.args.dry_run,
+                "chunks": getattr(self, "chunks", 0)}
 
 
 async def prune(store: Store, author: str | None, *, before: datetime, site: str | None,
-                dry_run: bool) -> int:
+                dry_run: bool, chunk: int = CHUNK) -> int:
     """A dry run counts without a History row (nothing changed)."""
     return await PruneUsage.run(store, author, skip_history=dry_run, before=before, site=site,
-                                dry_run=dry_run)
+                                dry_run=dry_run, chunk=chunk)

@@ -89,7 +89,7 @@ async def usage_prune(args: argparse.Namespace) -> int:
         ctx.out.error("not confirmed (use --force without a terminal)")
         return 2
     count = await prune(ctx.require_store(), ctx.author, before=before, site=args.site,
-                        dry_run=args.dry_run)
+                        dry_run=args.dry_run, chunk=args.chunk_size)
     verb = "would delete" if args.dry_run else "deleted"
     ctx.out.success(f"{esc(verb)} {esc(count)} usage record(s) of {esc(scope)}")
     return 0
@@ -101,6 +101,9 @@ def _(parser: a.Parser) -> None:
                         help=a.when_help("delete jobs that ended before"))
     a.site(parser, required=False, help="only this site (default: every site)")
     parser.add_argument("--dry-run", action="store_true", help="only count them")
+    parser.add_argument("--chunk-size", type=a.chunk_size, default=2000, metavar="N",
+                        help="records per delete (default 2000; each delete is its own "
+                        "short write, a rerun finishes an interrupted prune)")
     a.force(parser)
 
 
