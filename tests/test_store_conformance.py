@@ -797,6 +797,41 @@ async def test_bulk_write_of_set_upserts_by_id_creates_and_updates_in_one_comman
     assert [d["_id"] async for d in steps.find({})] == ["r2:0"]
 
 
+async def test_sign_in_failure_logs_push_with_slice_upsert_and_sweep(empty_db):
+    """``auth.ratelimit``: the store's clock from ``hello`` (``localTime``), then one
+    ``bulk_write`` of upserts by ``_id`` outside any transaction, each a ``$push`` of an
+    integer with ``$each``/``$slice`` (a bounded log), ``$max`` of an integer expiry and
+    ``$currentDate`` (the TTL field); ``$in`` on ``_id`` reads them, a range
+    ``delete_many`` on the integer expiry sweeps, and a TTL index can be declared."""
+    collection = empty_db.database["signin_probe"]
+    hello = await empty_db.database.command("hello")
+    assert isinstance(hello["localTime"], datetime)  # UTC (naive from a plain command)
+
+    def failure(key: str, at: int, cap: int) -> UpdateOne:
+        return UpdateOne({"_id": key}, {"$push": {"t": {"$each": [at], "$slice": -cap}},
+                                        "$max": {"expires_ms": at + 1000},
+                                        "$currentDate": {"last": True}}, upsert=True)
+
+    for at in range(1, 6):
+        await collection.bulk_write([failure("pair:a", at, 3), failure("user:a", at, 10)],
+                                    ordered=False)
+    await collection.bulk_write([failure("addr:x", 2, 3)], ordered=False)
+    found = {d["_id"]: d async for d in collection.find({"_id": {"$in": ["pair:a",
+                                                                          "user:a", "z"]}})}
+    assert found["pair:a"]["t"] == [3, 4, 5] and found["user:a"]["t"] == [1, 2, 3, 4, 5]
+    assert found["pair:a"]["expires_ms"] == 1005
+    assert isinstance(found["pair:a"]["last"], datetime)
+    await collection.create_index([("last", 1)], expireAfterSeconds=300, name="probe_ttl")
+    await collection.create_index([("expires_ms", 1)], name="probe_expiry")
+    # the embedded store names indexes itself: find them by their keys
+    indexes = {tuple(i["key"]): i async for i in await collection.list_indexes()}
+    assert indexes[("last",)]["expireAfterSeconds"] == 300
+    assert ("expires_ms",) in indexes
+    assert (await collection.delete_many({"expires_ms": {"$lt": 1004}})).deleted_count == 1
+    assert sorted([d["_id"] async for d in collection.find({})]) == ["pair:a", "user:a"]
+    assert (await collection.delete_one({"_id": "pair:a"})).deleted_count == 1
+
+
 # -- retention and bounded run documents (issue 24) -----------------------------------------
 
 

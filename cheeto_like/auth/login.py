@@ -5,8 +5,9 @@ store keeps.
 Only people with an active user record may sign in (roles and data hang off it), and with
 ``api.login_groups`` only members (any role, any site) of one of those groups. Every
 refusal is the same ``LoginFailed`` ("invalid user name or password"): the caller must
-not learn which part was wrong. An unknown user still costs one hash, so timing does not
-tell names apart either.
+not learn which part was wrong. An unknown user costs the same work as a known one, so
+timing does not tell names apart either: the same store lookup, then one bind against
+the directory (a DN under the user base, which does not exist) or one hash (a decoy).
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ async def authenticate(config: Config, name: str, password: str) -> str:
         raise LoginFailed
     user = await User.find_one({"name": name})
     if config.ldap is not None:
-        if user is None:
-            raise LoginFailed
+        # an unknown name binds too (its DN under the same base, which the directory
+        # refuses like a wrong password): the same work, so timing tells no names apart
         base = config.ldap.user_base or f"ou=users,{config.ldap.searchbase}"
         try:
             await check_bind(config.ldap, f"{rdn('uid', name)},{base}", password)
@@ -65,6 +66,8 @@ async def authenticate(config: Config, name: str, password: str) -> str:
                 raise LoginFailed from None
             raise ExternalError(f"the directory cannot check the password: {exc.message}",
                                 transient=True) from None
+        if user is None:  # in the directory, not in the store: no roles, no sign-in
+            raise LoginFailed
     else:
         hashed = user.password if user is not None and user.password else _decoy_hash()
         ok = await asyncio.to_thread(verify_password, password, hashed)

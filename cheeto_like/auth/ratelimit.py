@@ -1,51 +1,178 @@
-"""Failed sign-ins, limited per user name and per client address.
+"""Failed sign-ins, counted in the store so every API process shares them.
 
-In memory, so it holds for one API process (a restart forgets, and several processes
-each count their own); that is enough to make guessing slow, which is its purpose.
-After ``max_failures`` failures within ``window`` seconds a key (``user:<name>`` or
-``addr:<ip>``) is refused until its oldest failure ages out. A success clears the
-user's count, not the address's.
+Why in the store: an in-memory table is per process (several API workers each counted
+their own) and had to be bounded, and clearing it when full let a spray of junk names
+unlock a locked user. Here each counter is one small document in the raw collection
+``signin_failures``, so memory in the API process is nothing and no key is forgotten
+before its window ends.
+
+The rule (N = ``api.login_max_failures``, U = ``api.login_user_max_failures``,
+A = ``api.login_address_max_failures``, all within ``api.login_window_seconds``):
+
+- **(user, address)**: after N failures for one name from one address, that name is
+  refused from that address. This is what makes guessing slow for one attacker.
+- **user**: after U failures for one name across all addresses, the name is refused
+  from every address *that has failures of its own for that name* in the window; an
+  address with none is never refused because of the name. So nobody can keep a person
+  (an admin) locked out by guessing: the person signs in from their own machine.
+  An attacker with many addresses gets at most one more guess per fresh address.
+- **address**: after A failures from one address (any names), it is refused for every
+  name: the ceiling for sprays. It is high, so one person's typos behind a shared
+  address (a login node, a NAT) never lock out colleagues, who have no failures of
+  their own for their names there.
+
+A success clears only its (user, address) counter: clearing the name's count would
+let an attacker's addresses start again whenever the real person signs in.
+
+Each counter document holds the store-clock times (epoch ms) of its latest failures,
+at most as many as its limit (``$push`` with ``$slice``), so a key is limited exactly
+while its limit-th latest failure is younger than the window. Failures are one
+``bulk_write`` of single-document upserts outside any transaction: atomic per document,
+no write conflicts between processes. Times come from the store's clock (``hello``'s
+``localTime``), the same for every API host; the host's clock is used only if the store
+does not answer one. Rows vanish after their window: an integer ``expires_ms`` swept
+by this module (indexed; works on a store without a TTL monitor), plus a TTL index on
+``last`` (``$currentDate``, the store's clock) at the largest window a config allows,
+which a real MongoDB applies on its own. Reads are one ``$in`` on ``_id`` (three ids).
+
+The check and the count are two steps: concurrent tries that all pass the check before
+any has failed are each counted afterwards, so a burst of c parallel tries gets c - 1
+more guesses at most, once.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections import deque
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pymongo import UpdateOne
+
+log = logging.getLogger("cheeto_like.api")
+COLLECTION = "signin_failures"
+MAX_KEY_TEXT = 64
+TTL_SECONDS = 86_400  # the largest login_window_seconds a config may set
+SWEEP_EVERY_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Policy:
+    max_failures: int = 5            # per (user, address)
+    user_max_failures: int = 20      # per user name, across addresses
+    address_max_failures: int = 100  # per address, across names
+    window: float = 300.0            # seconds
+
+    @classmethod
+    def from_config(cls, api: Any) -> Policy:
+        """The config's limits; the name's and the address's never below the pair's (a
+        config raising only login_max_failures keeps its meaning)."""
+        pair = api.login_max_failures
+        return cls(max_failures=pair,
+                   user_max_failures=max(pair, api.login_user_max_failures),
+                   address_max_failures=max(pair, api.login_address_max_failures),
+                   window=api.login_window_seconds)
+
+
+def _keys(user: str, address: str) -> tuple[str, str, str]:
+    """Document ids: the pair, the name, the address (names lower-cased, both cut short:
+    a junk name of any length is one key)."""
+    name, addr = user.lower()[:MAX_KEY_TEXT], address[:MAX_KEY_TEXT]
+    return f"p:{addr}|{name}", f"u:{name}", f"a:{addr}"
+
+
+def _as_ms(when: datetime) -> int:
+    if when.tzinfo is None:  # a plain command's answer is naive UTC
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
 
 
 class LoginLimiter:
-    def __init__(self, max_failures: int, window: float, max_keys: int = 100_000) -> None:
-        self.max_failures = max_failures
-        self.window = window
-        self.max_keys = max_keys
-        self._failures: dict[str, deque[float]] = {}
+    """The sign-in limiter of one app; the counts live in ``store``'s database, passed
+    to each call (the app's store may be connected only when it starts)."""
 
-    def _recent(self, key: str, now: float) -> deque[float]:
-        times = self._failures.get(key)
-        if times is None:
-            return deque()
-        while times and times[0] <= now - self.window:
-            times.popleft()
-        if not times:
-            del self._failures[key]
-        return times
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self._ready: set[int] = set()  # databases whose indexes this process made
+        self._swept = -SWEEP_EVERY_SECONDS
 
-    def retry_after(self, keys: list[str], now: float | None = None) -> float:
-        """Seconds until every key may try again (0: go ahead)."""
-        now = time.monotonic() if now is None else now
-        wait = 0.0
-        for key in keys:
-            times = self._recent(key, now)
-            if len(times) >= self.max_failures:
-                wait = max(wait, times[0] + self.window - now)
-        return wait
+    @property
+    def window_ms(self) -> int:
+        return int(self.policy.window * 1000)
 
-    def failed(self, keys: list[str], now: float | None = None) -> None:
-        now = time.monotonic() if now is None else now
-        if len(self._failures) >= self.max_keys:  # bounded memory under a spray
-            self._failures.clear()
-        for key in keys:
-            self._failures.setdefault(key, deque()).append(now)
+    async def now_ms(self, database: Any) -> int:
+        """The store's clock (the same for every API host)."""
+        try:
+            hello = await database.command("hello")
+        except Exception as exc:
+            log.debug("no clock from the store (%s); using this host's", exc)
+            return int(time.time() * 1000)
+        when = hello.get("localTime")
+        return _as_ms(when) if isinstance(when, datetime) else int(time.time() * 1000)
 
-    def succeeded(self, key: str) -> None:
-        self._failures.pop(key, None)
+    async def _collection(self, database: Any) -> Any:
+        collection = database[COLLECTION]
+        if id(database) not in self._ready:
+            await collection.create_index([("expires_ms", 1)], name="signin_expiry")
+            await collection.create_index([("last", 1)], name="signin_ttl",
+                                          expireAfterSeconds=TTL_SECONDS)
+            self._ready.add(id(database))
+        return collection
+
+    def _recent(self, doc: dict[str, Any] | None, now: int) -> list[int]:
+        if doc is None:
+            return []
+        return sorted(t for t in doc.get("t", []) if t > now - self.window_ms)
+
+    async def retry_after(self, database: Any, user: str, address: str) -> float:
+        """Seconds until ``user`` may try again from ``address`` (0: go ahead)."""
+        collection = await self._collection(database)
+        now = await self.now_ms(database)
+        pair_id, user_id, addr_id = _keys(user, address)
+        docs = {d["_id"]: d async for d in collection.find(
+            {"_id": {"$in": [pair_id, user_id, addr_id]}})}
+        pair = self._recent(docs.get(pair_id), now)
+        by_user = self._recent(docs.get(user_id), now)
+        by_addr = self._recent(docs.get(addr_id), now)
+        p, w = self.policy, self.window_ms
+        until = now
+        if len(pair) >= p.max_failures:
+            until = max(until, pair[-p.max_failures] + w)
+        if len(by_addr) >= p.address_max_failures:
+            until = max(until, by_addr[-p.address_max_failures] + w)
+        if pair and len(by_user) >= p.user_max_failures:
+            # the name's lock holds here only while this address has failures for it
+            until = max(until, min(by_user[-p.user_max_failures] + w, pair[-1] + w))
+        return (until - now) / 1000
+
+    async def failed(self, database: Any, user: str, address: str) -> None:
+        """Count one failure for the pair, the name and the address."""
+        collection = await self._collection(database)
+        now = await self.now_ms(database)
+        pair_id, user_id, addr_id = _keys(user, address)
+        p = self.policy
+
+        def count(key: str, cap: int) -> UpdateOne:
+            return UpdateOne({"_id": key}, {
+                "$push": {"t": {"$each": [now], "$slice": -cap}},
+                "$max": {"expires_ms": now + self.window_ms},
+                "$currentDate": {"last": True}}, upsert=True)
+
+        await collection.bulk_write([count(pair_id, p.max_failures),
+                                     count(user_id, p.user_max_failures),
+                                     count(addr_id, p.address_max_failures)], ordered=False)
+        await self._sweep(collection, now)
+
+    async def succeeded(self, database: Any, user: str, address: str) -> None:
+        """A right password: this (user, address) starts afresh; the name's and the
+        address's counts stay (see the module's rule)."""
+        collection = await self._collection(database)
+        await collection.delete_one({"_id": _keys(user, address)[0]})
+
+    async def _sweep(self, collection: Any, now: int) -> None:
+        """Drop rows whose window has ended (at most once a minute per process)."""
+        if time.monotonic() - self._swept < SWEEP_EVERY_SECONDS:
+            return
+        self._swept = time.monotonic()
+        await collection.delete_many({"expires_ms": {"$lt": now}})

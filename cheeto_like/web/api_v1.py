@@ -32,6 +32,7 @@ from ..models.base import select
 from ..models.fields import utcnow
 from ..models.quota import Period, period_window
 from .api_requests import add_request_routes
+from .client_address import client_address
 from .deps import Auth, CurrentPrincipal, authorize, get_auth
 from .problems import responses
 
@@ -177,21 +178,23 @@ def build_router(prefix: str) -> APIRouter:
                  responses=responses(400, 401, 422, 429, 503), tags=["identity"])
     async def login(request: Request, body: Login,
                     auth: Annotated[Auth, Depends(get_auth)]) -> TokenOut:
-        address = request.client.host if request.client else "unknown"
-        keys = [f"user:{body.username.lower()}", f"addr:{address}"]
-        wait = auth.limiter.retry_after(keys)
+        address = client_address(request, auth.trusted_proxies)
+        database = store_of(request).database
+        wait = await auth.limiter.retry_after(database, body.username, address)
         if wait > 0:
+            log.info("sign-in limited for %s from %s (%.0f s)", repr(body.username)
+                     if valid_name(body.username) else "(not a user name)", address, wait)
             raise HTTPException(429, "too many failed sign-ins; try again later",
                                 headers={"Retry-After": str(int(wait) + 1)})
         try:
             name = await authenticate(auth.config, body.username, body.password)
         except LoginFailed:
-            auth.limiter.failed(keys)
+            await auth.limiter.failed(database, body.username, address)
             # a name that is not a valid login may be a password typed in the wrong box
             shown = repr(body.username) if valid_name(body.username) else "(not a user name)"
             log.info("sign-in refused for %s from %s", shown, address)
             raise HTTPException(401, "invalid user name or password") from None
-        auth.limiter.succeeded(keys[0])
+        await auth.limiter.succeeded(database, body.username, address)
         token, claims = auth.issuer.issue(name)
         log.info("signed in: %s from %s (jti %s)", name, address, claims.jti)
         return TokenOut(access_token=token, expires_at=claims.exp, user=name)
@@ -620,6 +623,7 @@ def _defaults_view(site: str, d: Any) -> dict[str, Any]:
 def install_v1(app: Any, config: Any) -> None:
     """Mount ``/api/v1`` on the API app: routes, problem details, the auth state, and the
     key-use recorder's flush task (started and stopped with the app)."""
+    from .bodylimit import BodyLimit
     from .deps import Auth
     from .problems import install
 
@@ -628,6 +632,9 @@ def install_v1(app: Any, config: Any) -> None:
     app.state.auth = auth
     app.include_router(build_router(api_prefix))
     install(app, f"{api_prefix}/api/v1")
+    # outermost of the middleware so far: a large body is refused before anything reads it
+    app.add_middleware(BodyLimit, prefix=f"{api_prefix}/api/v1",
+                       max_bytes=auth.api.max_body_bytes)
     inner = app.router.lifespan_context
 
     @asynccontextmanager

@@ -61,6 +61,15 @@ async def world(store: Store) -> Store:
     return store
 
 
+@pytest.fixture(autouse=True)
+async def fresh_signin_counts(store: Store) -> None:
+    """Failed sign-ins are counted in the store (shared by every app on it, as by every
+    API process), so each test starts without another test's failures."""
+    from cheeto_like.auth.ratelimit import COLLECTION
+
+    await store.database[COLLECTION].delete_many({})
+
+
 @pytest.fixture(scope="module")
 def app_config(tmp_path_factory: pytest.TempPathFactory) -> Config:
     return api_config(tmp_path_factory.mktemp("api"))

@@ -84,9 +84,13 @@ async def test_bad_logins_are_one_kind_of_401(http, user, password):  # type: ig
 
 
 async def test_failed_logins_are_limited(world, tmp_path):  # type: ignore[no-untyped-def]
+    """One name from one address is refused after login_max_failures, even with the right
+    password; a colleague behind the same address is not, until the address's own
+    ceiling (a spray of names) is reached."""
     import httpx
 
-    app = create_api(api_config(tmp_path, login_max_failures=3), store=world)
+    app = create_api(api_config(tmp_path, login_max_failures=3,
+                                login_address_max_failures=5), store=world)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://api") as http:
         for _ in range(3):
@@ -95,17 +99,22 @@ async def test_failed_logins_are_limited(world, tmp_path):  # type: ignore[no-un
         assert r.status_code == 429
         assert int(r.headers["retry-after"]) > 0
         assert r.headers["content-type"] == PROBLEM
-        # the same address is limited for other names too
+        # the same address, another name with no failures of its own: not limited
+        assert (await login(http, "adam", PASSWORDS["adam"])).status_code == 200
+        for name in ("junk1", "junk2"):  # the address reaches its ceiling (5)
+            assert (await login(http, name, "x")).status_code == 401
         assert (await login(http, "adam", PASSWORDS["adam"])).status_code == 429
 
 
 async def test_failed_logins_are_limited_per_user_across_addresses(world, tmp_path, api_log):  # type: ignore[no-untyped-def]
-    """Guessing one person's password from many addresses is limited by the user's
-    count; another person at a fresh address is not affected, and a password typed as
-    the user name never reaches the log."""
+    """Guessing one person's password from many addresses is limited by the name's
+    count at every address that guessed; the person at a fresh address still signs in
+    (nobody can lock them out), and a password typed as the user name never reaches
+    the log."""
     import httpx
 
-    app = create_api(api_config(tmp_path, login_max_failures=3), store=world)
+    app = create_api(api_config(tmp_path, login_max_failures=3, login_user_max_failures=3),
+                     store=world)
 
     def client(address: str) -> httpx.AsyncClient:
         transport = httpx.ASGITransport(app=app, client=(address, 4242))
@@ -114,9 +123,11 @@ async def test_failed_logins_are_limited_per_user_across_addresses(world, tmp_pa
     for n in range(3):
         async with client(f"10.0.0.{n + 1}") as http:
             assert (await login(http, "olga", "wrong")).status_code == 401
-    async with client("10.0.0.9") as http:  # a new address: olga is still limited
+    async with client("10.0.0.2") as http:  # one failure here, three for the name
         r = await login(http, "olga", PASSWORDS["olga"])
         assert r.status_code == 429 and int(r.headers["retry-after"]) > 0
+    async with client("10.0.0.9") as http:  # olga's own machine: no failures here
+        assert (await login(http, "olga", PASSWORDS["olga"])).status_code == 200
         assert (await login(http, "adam", PASSWORDS["adam"])).status_code == 200
         assert (await login(http, "Tr0ub4dor&3 pw", "x")).status_code == 401
     assert "Tr0ub4dor" not in api_log.text and "(not a user name)" in api_log.text

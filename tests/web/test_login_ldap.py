@@ -82,3 +82,34 @@ async def test_unreachable_directory_is_503(world, tmp_path, slapd):  # type: ig
         r = await http.post("/api/v1/login", json={"username": "alice", "password": "dir-pw"})
         assert r.status_code == 503, r.text
         assert r.headers["content-type"] == "application/problem+json"
+
+
+async def test_an_unknown_name_costs_one_bind_like_a_known_one(directory, world, tmp_path,  # type: ignore[no-untyped-def]
+                                                               monkeypatch):
+    """Timing tells no names apart: a name the store does not hold is bound against the
+    real directory too (its DN under the user base, which slapd refuses like a wrong
+    password), so both paths do one store lookup and one bind with the same answer.
+    Counted by a wrapper that calls the real ``check_bind``."""
+    from cheeto_like.adapters.ldap import DirectoryError, rdn
+    from cheeto_like.auth import login as login_module
+
+    server, base = directory
+    real = login_module.check_bind
+    binds: list[tuple[str, str]] = []
+
+    async def counting(config, dn, password):  # type: ignore[no-untyped-def]
+        try:
+            found = await real(config, dn, password)
+        except DirectoryError as exc:
+            binds.append((dn, exc.code))
+            raise
+        binds.append((dn, "ok"))
+        return found
+
+    monkeypatch.setattr(login_module, "check_bind", counting)
+    async with app_for(world, tmp_path, server, base) as http:
+        for user in ("alice", "nobody-here"):
+            r = await http.post("/api/v1/login", json={"username": user, "password": "guess"})
+            assert r.status_code == 401
+    assert binds == [(f"{rdn('uid', 'alice')},{base}", "auth"),
+                     (f"{rdn('uid', 'nobody-here')},{base}", "auth")]

@@ -15,6 +15,7 @@ from starlette.responses import RedirectResponse, Response
 
 from ...auth.login import LoginFailed, authenticate
 from ...errors import CheetoError
+from ..client_address import client_address
 from .guard import page
 from .render import PAGE_HEADERS, base_path, render
 from .session import (
@@ -84,22 +85,26 @@ def add_routes(router: APIRouter) -> None:
                                error="the form has expired: try again")
         check_csrf(fields, expected)
         auth = request.app.state.auth
-        address = request.client.host if request.client else "unknown"
-        keys = [f"user:{username.lower()[:64]}", f"addr:{address}"]
-        if auth.limiter.retry_after(keys) > 0:
-            return _login_page(request, username=username, status=429,
-                               error="too many failed sign-ins; try again later")
+        address = client_address(request, auth.trusted_proxies)
+        database = request.app.state.store.database
+        wait = await auth.limiter.retry_after(database, username[:64], address)
+        if wait > 0:
+            log.info("dashboard sign-in limited for %r from %s", username[:64], address)
+            response = _login_page(request, username=username, status=429,
+                                   error="too many failed sign-ins; try again later")
+            response.headers["Retry-After"] = str(int(wait) + 1)
+            return response
         try:
             name = await authenticate(auth.config, username[:64], password)
         except LoginFailed:
-            auth.limiter.failed(keys)
+            await auth.limiter.failed(database, username[:64], address)
             log.info("dashboard sign-in refused for %r from %s", username[:64], address)
             return _login_page(request, username=username, status=401,
                                error="invalid user name or password")
         except CheetoError as exc:
             return _login_page(request, username=username, status=exc.http_status,
                                error=exc.message)
-        auth.limiter.succeeded(keys[0])
+        await auth.limiter.succeeded(database, username[:64], address)
         token, claims = auth.issuer.issue(name)
         log.info("dashboard sign-in: %s from %s (jti %s)", name, address, claims.jti)
         response = RedirectResponse(f"{base_path(request)}/me", status_code=303,
