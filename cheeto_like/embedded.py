@@ -84,13 +84,17 @@ def ensure_instance_id(data_dir: Path) -> str:
 class EmbeddedServer:
     """Process management for one nx-27017 instance described by the config."""
 
-    def __init__(self, config: EmbeddedStoreConfig, *, exit_with: int | None = None) -> None:
+    def __init__(self, config: EmbeddedStoreConfig, *, exit_with: int | None = None,
+                 set_parameters: dict[str, str] | None = None) -> None:
         """``exit_with``: a pid whose end stops the server too. The server is detached on
         purpose (it outlives the CLI call that started it); a test session or a bench
-        that gets killed must not leave its throwaway store running."""
+        that gets killed must not leave its throwaway store running.
+        ``set_parameters``: mongod's start-up parameters (``--set-parameter``), e.g.
+        ``{"enableTestCommands": "1"}`` for the test suite's fail points."""
         self.config = config
         self.data_dir = Path(config.path)
         self.exit_with = exit_with
+        self.set_parameters = dict(set_parameters or {})
 
     @property
     def transport(self) -> str:
@@ -219,6 +223,8 @@ class EmbeddedServer:
             cmd += ["--token-file", str(self.config.token_file)]
         if self.exit_with is not None:
             cmd += ["--exit-with", str(self.exit_with)]
+        for name, value in self.set_parameters.items():
+            cmd += ["--set-parameter", f"{name}={value}"]
         return cmd
 
     def token_env(self) -> dict[str, str]:

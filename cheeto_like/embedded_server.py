@@ -91,6 +91,25 @@ COMPANION_KEYS = {"findAndModify": {"update"}, "findandmodify": {"update"},
 # Commands that may come with document sequences (OP_MSG kind 1).
 SEQUENCE_COMMANDS = frozenset({"insert", "update", "delete", "bulkWrite"})
 
+# MongoDB's limits (docs "MongoDB Limits and Thresholds"): a stored document is at most
+# 16 MiB; a document the server builds (an aggregation result) may reach 16 MiB + 16 KiB
+# (BSONObjMaxInternalSize) before mongod refuses it with BSONObjectTooLarge.
+MAX_DOCUMENT_SIZE = 16 * 1024 * 1024
+MAX_INTERNAL_SIZE = MAX_DOCUMENT_SIZE + 16 * 1024
+DEFAULT_TRANSACTION_LIFETIME_S = 60
+# Parameters ``setParameter``/``getParameter`` serve (mongod's names). ``enableTestCommands``
+# is start-up only (``--set-parameter enableTestCommands=1``), as on mongod.
+RUNTIME_PARAMETERS = frozenset({"transactionLifetimeLimitSeconds"})
+STARTUP_PARAMETERS = frozenset({"enableTestCommands"}) | RUNTIME_PARAMETERS
+# Error codes mongod labels RetryableWriteError on a retryable write (the retryable-writes
+# spec's list); drivers talking to a 4.4+ server retry a write only on that label.
+RETRYABLE_CODES = frozenset({6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436})
+# Commands of a retryable write (a ``txnNumber`` outside a transaction).
+RETRYABLE_WRITES = frozenset({"insert", "update", "delete", "findAndModify", "findandmodify",
+                              "bulkWrite"})
+RETRIED_MEMORY = 1024
+REPLICA_SET_NAME = "cheeto-embedded"
+
 
 def _error(message: str, code: int, code_name: str, *labels: str) -> dict[str, Any]:
     doc: dict[str, Any] = {"ok": 0, "errmsg": message, "code": code, "codeName": code_name}
@@ -153,6 +172,131 @@ def _unsupported(msg: dict[str, Any]) -> str | None:
     return None
 
 
+# -- MongoDB's document size limit ---------------------------------------------------------
+
+_LIMITS = threading.local()  # per worker thread: ``big`` (the message exceeds 16 MiB)
+
+
+class ResultTooLarge(Exception):
+    """An update (or an upsert, a replacement) would store a document past 16 MiB."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"Resulting document after update is larger than {MAX_DOCUMENT_SIZE}")
+        self.size = size
+
+
+def bson_size(doc: Any) -> int:
+    """A document's encoded size (a value bson cannot encode, such as neosqlite's own
+    ObjectId, counts as its text: at most a few bytes more than the real encoding)."""
+    import bson
+    from bson.codec_options import CodecOptions, TypeRegistry
+
+    try:
+        return len(bson.encode(doc))
+    except Exception:  # an odd value: measure it as text instead
+        options = CodecOptions(type_registry=TypeRegistry(fallback_encoder=str))
+        return len(bson.encode(doc, codec_options=options))
+
+
+def install_size_limits() -> None:
+    """Refuse what mongod refuses: an update whose resulting document exceeds 16 MiB
+    (code 17419, nothing written: the document's update runs in a savepoint that is
+    rolled back), and an oversized replacement or upserted document.
+
+    nx-27017 stores whatever it gets. The checks sit where neosqlite writes one document
+    (``_internal_update``, ``_internal_replace``, ``_internal_insert``), so every command
+    shape (update, findAndModify, bulkWrite, upserts) passes them. Replacements and
+    inserts are only measured when the message itself exceeds 16 MiB (``_LIMITS.big``):
+    a smaller message cannot carry a larger document. Idempotent."""
+    from neosqlite.collection.query_helper import QueryHelper
+    from nx_27017 import handler as nx_handler
+
+    if getattr(QueryHelper, "_cheeto_limits", False):
+        return
+    update = QueryHelper._internal_update
+    replace = QueryHelper._internal_replace
+    insert = QueryHelper._internal_insert
+    bulk_write_error = nx_handler._bulk_write_error
+
+    def refuse(size: int) -> None:
+        _LIMITS.too_large = exc = ResultTooLarge(size)  # nx-27017 swallows some errors
+        raise exc
+
+    def _internal_update(self: Any, doc_id: Any, update_spec: Any, original_doc: Any,
+                         *args: Any, **kwargs: Any) -> Any:
+        db = self.collection.db
+        db.execute("SAVEPOINT cheeto_size")
+        try:
+            updated, modified = update(self, doc_id, update_spec, original_doc,
+                                       *args, **kwargs)
+            if (size := bson_size(updated)) > MAX_DOCUMENT_SIZE:
+                refuse(size)
+        except BaseException:
+            db.execute("ROLLBACK TO cheeto_size")
+            db.execute("RELEASE cheeto_size")
+            raise
+        db.execute("RELEASE cheeto_size")
+        return updated, modified
+
+    def _internal_replace(self: Any, doc_id: Any, replacement: Any) -> Any:
+        if getattr(_LIMITS, "big", False) and (size := bson_size(replacement)) > \
+                MAX_DOCUMENT_SIZE:
+            refuse(size)
+        return replace(self, doc_id, replacement)
+
+    def _internal_insert(self: Any, document: Any) -> Any:
+        if getattr(_LIMITS, "big", False) and (size := bson_size(document)) > \
+                MAX_DOCUMENT_SIZE:
+            refuse(size)
+        return insert(self, document)
+
+    def _bulk_write_error(exc: Exception, index: int) -> dict[str, Any]:
+        if isinstance(exc, ResultTooLarge):
+            if getattr(_LIMITS, "command", None) == "insert":
+                return {"index": index, "code": 2,
+                        "errmsg": f"object to insert too large. size in bytes: {exc.size}, "
+                                  f"max size: {MAX_DOCUMENT_SIZE}"}
+            return {"index": index, "code": 17419, "errmsg": str(exc)}
+        return bulk_write_error(exc, index)
+
+    QueryHelper._internal_update = _internal_update
+    QueryHelper._internal_replace = _internal_replace
+    QueryHelper._internal_insert = _internal_insert
+    nx_handler._bulk_write_error = _bulk_write_error
+    QueryHelper._cheeto_limits = True
+
+
+def _insert_documents(msg: dict[str, Any]) -> list[Any]:
+    """The documents of an insert, as nx-27017 collects them (sequence, then body)."""
+    docs: list[Any] = []
+    body: dict[str, Any] = {}
+    for kind, doc in msg["sections"]:
+        if kind == "payload" and isinstance(doc, dict):
+            for value in doc.values():
+                docs.extend(value if isinstance(value, list) else [value])
+        elif kind == "body" and isinstance(doc, dict):
+            body = doc
+    docs.extend(body.get("documents") or [])
+    return docs
+
+
+def _object_too_large(size: int, what: str = "") -> dict[str, Any]:
+    return _error(f"{what}BSONObj size: {size} ({size:#X}) is invalid. Size must be between "
+                  f"0 and {MAX_INTERNAL_SIZE}(16MB)", 10334, "BSONObjectTooLarge")
+
+
+def _oversized_reply_document(doc: dict[str, Any]) -> int | None:
+    """The size of a cursor reply's first document past mongod's internal limit."""
+    cursor = doc.get("cursor")
+    if not isinstance(cursor, dict):
+        return None
+    for key in ("firstBatch", "nextBatch"):
+        for item in cursor.get(key) or []:
+            if (size := bson_size(item)) > MAX_INTERNAL_SIZE:
+                return size
+    return None
+
+
 def _lsid(cmd: dict[str, Any]) -> str | None:
     from nx_27017.wire_protocol import _extract_session_id
 
@@ -182,6 +326,8 @@ class TransactionGate:
         self.last_active = 0.0
         self.owner_conns: set[str] = set()  # connections that carried the transaction
         self.committed: OrderedDict[str, Any] = OrderedDict()
+        self.lifetime: float = DEFAULT_TRANSACTION_LIFETIME_S  # transactionLifetimeLimitSeconds
+        self.started = 0.0  # when the owner's transaction began (loop time)
 
     async def acquire(self) -> bool:
         if not self._lock.locked() and not getattr(self._lock, "_waiters", None):
@@ -218,7 +364,22 @@ class TransactionGate:
         self.owner = lsid
         self.txn_number = txn_number
         self.owner_conns = {conn_id}
-        self.last_active = asyncio.get_running_loop().time()
+        self.last_active = self.started = asyncio.get_running_loop().time()
+
+    def expired(self) -> bool:
+        """The owner's transaction is older than transactionLifetimeLimitSeconds."""
+        return (self.owner is not None
+                and asyncio.get_running_loop().time() - self.started >= self.lifetime)
+
+    async def reap(self) -> None:
+        """mongod's transaction reaper: abort a transaction older than its lifetime, so
+        it never keeps the gate from others (one running a command is aborted once that
+        command ends: its next command, or this loop's next turn)."""
+        while True:
+            await asyncio.sleep(max(0.05, min(1.0, self.lifetime / 10)))
+            if self.expired() and not self.busy:
+                await self.abort_owner(f"older than transactionLifetimeLimitSeconds "
+                                       f"({self.lifetime:g}s)")
 
     def release(self) -> None:
         self.owner = None
@@ -327,6 +488,116 @@ class Scram:
         return base64.b64encode(hmac.digest(self.server_key, auth_message, "sha256"))
 
 
+class CloseConnection(Exception):
+    """failCommand's ``closeConnection``: drop the client's connection unanswered."""
+
+
+CODE_NAMES = {
+    1: "InternalError", 2: "BadValue", 6: "HostUnreachable", 7: "HostNotFound",
+    8: "UnknownError", 11: "UserNotFound", 13: "Unauthorized", 20: "IllegalOperation",
+    24: "LockTimeout", 43: "CursorNotFound", 50: "MaxTimeMSExpired", 59: "CommandNotFound",
+    64: "WriteConcernFailed", 72: "InvalidOptions", 89: "NetworkTimeout",
+    91: "ShutdownInProgress", 100: "UnsatisfiableWriteConcern", 112: "WriteConflict",
+    117: "ConflictingOperationInProgress", 189: "PrimarySteppedDown",
+    251: "NoSuchTransaction", 262: "ExceededTimeLimit", 9001: "SocketException",
+    10107: "NotWritablePrimary", 10334: "BSONObjectTooLarge", 11000: "DuplicateKey",
+    11600: "InterruptedAtShutdown", 11602: "InterruptedDueToReplStateChange",
+    13435: "NotPrimaryNoSecondaryOk", 13436: "NotPrimaryOrSecondary",
+}
+
+
+def code_name(code: int) -> str:
+    """mongod's codeName for a code (``Location<code>`` for an assertion without one)."""
+    return CODE_NAMES.get(code, f"Location{code}")
+
+
+class FailCommand:
+    """mongod's ``failCommand`` fail point (``configureFailPoint``, test commands only).
+
+    ``mode``: ``"alwaysOn"``, ``"off"``, ``{times: n}`` (fire n times, then off) or
+    ``{skip: n}`` (let n matching commands through, then always on). ``data``:
+    ``failCommands`` (command names), optional ``appName`` (only clients whose handshake
+    named that application), ``errorCode``, ``errorLabels``, ``writeConcernError``,
+    ``closeConnection``, ``blockConnection`` + ``blockTimeMS``. Only matching commands
+    count toward ``times``/``skip``, as on mongod."""
+
+    def __init__(self) -> None:
+        self.mode = "off"
+        self.remaining = 0
+        self.data: dict[str, Any] = {}
+        self.commands: frozenset[str] = frozenset()
+        self.entered = 0
+
+    def configure(self, mode: Any, data: Any) -> str | None:
+        """Apply a configureFailPoint; the reason it is refused, or None."""
+        if data is not None and not isinstance(data, dict):
+            return "'data' must be an object"
+        data = dict(data or {})
+        if mode in ("off", "alwaysOn"):
+            new_mode, remaining = mode, 0
+        elif isinstance(mode, dict) and len(mode) == 1 and next(iter(mode)) in ("times",
+                                                                                   "skip"):
+            key, value = next(iter(mode.items()))
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                return f"'{key}' must be a non-negative integer"
+            new_mode, remaining = key, value
+            if key == "times" and value == 0:
+                new_mode = "off"
+        else:
+            return f"unknown fail point mode {mode!r}"
+        commands = data.get("failCommands", [])
+        if new_mode != "off" and (not isinstance(commands, list) or not commands
+                                  or not all(isinstance(c, str) for c in commands)):
+            return "failCommand needs data.failCommands, a list of command names"
+        if "errorCode" in data and (not isinstance(data["errorCode"], int)
+                                    or isinstance(data["errorCode"], bool)):
+            return "'errorCode' must be an integer"
+        if "writeConcernError" in data and not isinstance(data["writeConcernError"], dict):
+            return "'writeConcernError' must be an object"
+        if "errorLabels" in data and not isinstance(data["errorLabels"], list):
+            return "'errorLabels' must be an array"
+        self.mode, self.remaining, self.data = new_mode, remaining, data
+        self.commands = frozenset(c.lower() for c in commands)
+        return None
+
+    def fires(self, name: str, app_name: str | None) -> dict[str, Any] | None:
+        """The fail point's data when it fires for this command, else None."""
+        if self.mode == "off" or name.lower() not in self.commands:
+            return None
+        wanted = self.data.get("appName")
+        if wanted is not None and wanted != app_name:
+            return None
+        if self.mode == "skip":
+            if self.remaining > 0:
+                self.remaining -= 1
+                return None
+        elif self.mode == "times":
+            self.remaining -= 1
+            if self.remaining <= 0:
+                self.mode = "off"
+        self.entered += 1
+        return self.data
+
+
+def error_labels(code: int, name: str, cmd: dict[str, Any], *,
+                 write_concern: bool = False) -> list[str]:
+    """The labels mongod adds to an error it computes labels for itself: a retryable
+    code on a retryable write (or a commit/abort) is RetryableWriteError; a command of
+    a transaction (but its commit) failing with a transient code is
+    TransientTransactionError."""
+    labels: list[str] = []
+    in_txn = cmd.get("autocommit") is False
+    finishing = name in ("commitTransaction", "abortTransaction")
+    retryable_write = ((name in RETRYABLE_WRITES and "txnNumber" in cmd and not in_txn)
+                       or finishing)
+    if retryable_write and code in RETRYABLE_CODES:
+        labels.append("RetryableWriteError")
+    if (in_txn and not finishing and not write_concern
+            and (code in RETRYABLE_CODES or code in (24, 112, 251))):
+        labels.append("TransientTransactionError")
+    return labels
+
+
 class Connection:
     """One client connection and its authentication state."""
 
@@ -334,15 +605,37 @@ class Connection:
         self.id = str(uuid.uuid4())
         self.authenticated = authenticated
         self.scram: ScramConversation | None = None
+        self.app_name: str | None = None  # the handshake's client.application.name
+        self.dropped = False  # closed by the failCommand fail point (closeConnection)
 
 
 class StoreServer:
     """The wire loop around nx-27017's handler (see the module docstring)."""
 
     def __init__(self, handler: Any, *, data_dir: Path, instance_id: str, transport: str,
-                 token: str | None, lock_timeout: float) -> None:
+                 token: str | None, lock_timeout: float,
+                 parameters: dict[str, str] | None = None) -> None:
+        """``parameters``: mongod's start-up ``--setParameter`` values
+        (``enableTestCommands``, ``transactionLifetimeLimitSeconds``); refused with
+        ValueError when unknown or malformed."""
+        install_size_limits()
         self.handler = handler
         self.gate = TransactionGate(handler, lock_timeout)
+        self.test_commands = False
+        self.fail_point = FailCommand()
+        self.retried: OrderedDict[tuple[str, Any], dict[str, Any]] = OrderedDict()
+        for key, value in (parameters or {}).items():
+            if key not in STARTUP_PARAMETERS:
+                raise ValueError(f"unknown parameter {key!r} (known: "
+                                 f"{', '.join(sorted(STARTUP_PARAMETERS))})")
+            if key == "enableTestCommands":
+                if value not in ("0", "1", "true", "false"):
+                    raise ValueError("enableTestCommands must be 0 or 1")
+                self.test_commands = value in ("1", "true")
+            else:
+                problem = self._set_lifetime(value)
+                if problem is not None:
+                    raise ValueError(problem)
         self.data_dir = data_dir
         self.file_watch = store_files.ServerFileWatch(data_dir)
         self.instance_id = instance_id
@@ -372,7 +665,12 @@ class StoreServer:
                     body = await reader.readexactly(length - 16)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
-                reply = await self.handle_message(conn, header + body, request_id, opcode)
+                try:
+                    reply = await self.handle_message(conn, header + body, request_id,
+                                                      opcode)
+                except CloseConnection:
+                    conn.dropped = True
+                    return
                 try:
                     writer.write(reply)
                     await writer.drain()
@@ -387,7 +685,10 @@ class StoreServer:
     async def connection_closed(self, conn: Connection) -> None:
         """The client went away: roll back the open transaction it carried."""
         self.handler.decrement_connections()
-        if self.gate.owner is not None and conn.id in self.gate.owner_conns:
+        # A connection the fail point dropped keeps its transaction, as on mongod (the
+        # driver retries a commit on another connection); the lifetime limit ends it.
+        if (self.gate.owner is not None and conn.id in self.gate.owner_conns
+                and not conn.dropped):
             await self.gate.abort_owner("its client connection closed")
         with contextlib.suppress(Exception):
             self.handler.close_streams_for_connection(conn.id)
@@ -406,17 +707,29 @@ class StoreServer:
             try:
                 msg = OP_MSG.parse(message)
                 msg["_conn_id"] = conn.id
+                msg["_size"] = len(message)
                 if (problem := _malformed(msg)) is not None:
                     doc = _error(problem, 2, "BadValue")
                 elif (problem := _unsupported(msg)) is not None:
                     doc = _error(problem, 2, "BadValue")
                 else:
                     doc = await self.handle_op_msg(conn, msg)
+            except CloseConnection:
+                raise
             except Exception as exc:
                 logger.exception("error handling a command")
                 doc = {"ok": 0, "errmsg": str(exc)}
-            return ResponseBuilder.build_op_msg_reply(
+            reply = ResponseBuilder.build_op_msg_reply(
                 request_id=_get_next_request_id(), response_to=request_id, document=doc)
+            # nx-27017 fits batches into 16 MiB but sends one larger document as it is; a
+            # reply can only hold one past mongod's limit when it is itself that large
+            if len(reply) > MAX_INTERNAL_SIZE and (
+                    size := _oversized_reply_document(doc)) is not None:
+                reply = ResponseBuilder.build_op_msg_reply(
+                    request_id=_get_next_request_id(), response_to=request_id,
+                    document=_object_too_large(size, "PlanExecutor error during "
+                                                     "aggregation :: caused by :: "))
+            return reply
         if opcode == WireProtocol.OP_QUERY:
             # legacy OP_QUERY: only the drivers' first handshake uses it, on ``admin.$cmd``.
             # nx-27017 would run a query on any other namespace as a find, so only the
@@ -430,6 +743,7 @@ class StoreServer:
             query = query.get("$query", query) if isinstance(query, dict) else {}
             name = next(iter(query), "") if isinstance(query, dict) else ""
             if name in HANDSHAKE and msg.get("collection") == "$cmd":
+                self.note_client(conn, query)
                 docs = [await self.handshake(conn, name, query[name])]
             else:
                 docs = [_error("OP_QUERY is only served for the handshake", 352,
@@ -456,7 +770,38 @@ class StoreServer:
             return {"ok": 1, "dataDir": str(self.data_dir), "instanceId": self.instance_id,
                     "transport": self.transport, "authenticated": conn.authenticated}
         if name in HANDSHAKE:
+            self.note_client(conn, cmd)
             return await self.handshake(conn, name, cmd[name])
+        if name in ("configureFailPoint", "setParameter", "getParameter"):
+            return self.admin_command(name, cmd)
+        if self.test_commands and (data := self.fail_point.fires(name, conn.app_name)):
+            return await self.fail_command(conn, msg, cmd, name, data)
+        return await self.dispatch(conn, msg, cmd, name)
+
+    async def dispatch(self, conn: Connection, msg: dict[str, Any], cmd: dict[str, Any],
+                       name: str) -> dict[str, Any]:
+        """Run a command (authenticated, past the fail point): retried writes answered
+        from memory, then the file watch and the transaction gate."""
+        retry_key = self.retry_key(cmd, name)
+        if retry_key is not None and (done := self.retried.get(retry_key)) is not None:
+            return dict(done)  # a retryable write the driver retried: applied once
+        reply = await self.gated(conn, msg, cmd, name)
+        if retry_key is not None and reply.get("ok"):
+            self.retried[retry_key] = {k: v for k, v in reply.items() if k != "insertedIds"}
+            while len(self.retried) > RETRIED_MEMORY:
+                self.retried.popitem(last=False)
+        return reply
+
+    @staticmethod
+    def retry_key(cmd: dict[str, Any], name: str) -> tuple[str, Any] | None:
+        """(lsid, txnNumber) of a retryable write (a txnNumber outside a transaction)."""
+        if name not in RETRYABLE_WRITES or "txnNumber" not in cmd or "autocommit" in cmd:
+            return None
+        lsid = _lsid(cmd)
+        return None if lsid is None else (lsid, cmd["txnNumber"])
+
+    async def gated(self, conn: Connection, msg: dict[str, Any], cmd: dict[str, Any],
+                    name: str) -> dict[str, Any]:
         if (damaged := self.file_watch.problem(cmd)) is not None:
             return _error(damaged, 8000, "StoreFileDamaged")  # see store_files
         lsid = _lsid(cmd)
@@ -484,6 +829,100 @@ class StoreServer:
             self.gate.release()
 
     # -- commands ------------------------------------------------------------------------
+
+    @staticmethod
+    def note_client(conn: Connection, cmd: dict[str, Any]) -> None:
+        """Remember the handshake's application name (failCommand's ``appName``)."""
+        client = cmd.get("client")
+        app = client.get("application") if isinstance(client, dict) else None
+        name = app.get("name") if isinstance(app, dict) else None
+        if isinstance(name, str):
+            conn.app_name = name
+
+    def _set_lifetime(self, value: Any) -> str | None:
+        try:
+            seconds = int(value)
+        except (TypeError, ValueError):
+            seconds = 0
+        if isinstance(value, bool) or seconds < 1 or (isinstance(value, float)
+                                                      and value != seconds):
+            return ("transactionLifetimeLimitSeconds must be an integer of at least 1, "
+                    f"not {value!r}")
+        self.gate.lifetime = seconds
+        return None
+
+    def admin_command(self, name: str, cmd: dict[str, Any]) -> dict[str, Any]:
+        """configureFailPoint (test commands only), setParameter and getParameter for
+        the parameters the store honours, answered as mongod answers them."""
+        if cmd.get("$db") != "admin":
+            return _error(f"{name} may only be run against the admin database.", 13,
+                          "Unauthorized")
+        if name == "configureFailPoint":
+            if not self.test_commands:  # mongod without enableTestCommands: no such command
+                return _error(f"no such command: '{name}'", 59, "CommandNotFound")
+            if cmd[name] != "failCommand":
+                return _error(f"FailPoint {cmd[name]!r} not found", 2, "BadValue")
+            before = self.fail_point.entered
+            if (problem := self.fail_point.configure(cmd.get("mode"), cmd.get("data"))):
+                return _error(problem, 2, "BadValue")
+            return {"ok": 1, "count": before}
+        wanted = {k: v for k, v in cmd.items() if k not in (name, "$db", "lsid", "$readPreference",
+                                                            "$clusterTime", "comment")}
+        values = {"transactionLifetimeLimitSeconds": int(self.gate.lifetime),
+                  "enableTestCommands": self.test_commands}
+        if name == "getParameter":
+            if cmd[name] == "*":
+                return {**values, "ok": 1}
+            unknown = sorted(set(wanted) - set(values))
+            if unknown or not wanted:
+                return _error("no option found to get", 72, "InvalidOptions")
+            return {**{k: values[k] for k in wanted}, "ok": 1}
+        if len(wanted) != 1:
+            return _error("setParameter takes exactly one parameter", 72, "InvalidOptions")
+        (key, value), = wanted.items()
+        if key in STARTUP_PARAMETERS - RUNTIME_PARAMETERS:
+            return _error(f"not allowed to change [{key}] at runtime", 72, "InvalidOptions")
+        if key not in RUNTIME_PARAMETERS:
+            return _error(f"attempted to set unrecognized parameter [{key}], use help:true "
+                          "to see options", 72, "InvalidOptions")
+        was = values[key]
+        if (problem := self._set_lifetime(value)) is not None:
+            return _error(problem, 2, "BadValue")
+        return {"was": was, "ok": 1}
+
+    async def fail_command(self, conn: Connection, msg: dict[str, Any], cmd: dict[str, Any],
+                           name: str, data: dict[str, Any]) -> dict[str, Any]:
+        """What mongod does when failCommand fires: block, then close the connection, or
+        fail with ``errorCode`` (the command does not run; a command of a transaction
+        aborts it, but its commit or abort), or run the command and add
+        ``writeConcernError`` to its reply."""
+        if data.get("blockConnection"):
+            await asyncio.sleep(max(0, float(data.get("blockTimeMS", 0))) / 1000)
+        if data.get("closeConnection"):
+            raise CloseConnection
+        lsid = _lsid(cmd)
+        if "errorCode" in data:
+            code = int(data["errorCode"])
+            reply = _error(f"Failing command {name} via 'failCommand' failpoint", code,
+                           code_name(code))
+            labels = data.get("errorLabels", error_labels(code, name, cmd))
+            if labels:
+                reply["errorLabels"] = list(labels)
+            if (cmd.get("autocommit") is False and lsid is not None
+                    and lsid == self.gate.owner
+                    and name not in ("commitTransaction", "abortTransaction")):
+                await self.gate.abort_owner(f"{name} failed (failCommand)")
+            return reply
+        reply = await self.dispatch(conn, msg, cmd, name)
+        if "writeConcernError" in data:
+            wce = dict(data["writeConcernError"])
+            reply["writeConcernError"] = wce
+            labels = data.get("errorLabels")
+            if labels is None and isinstance(wce.get("code"), int):
+                labels = error_labels(wce["code"], name, cmd, write_concern=True)
+            if labels:
+                reply["errorLabels"] = list(labels)
+        return reply
 
     def sasl_start(self, conn: Connection, cmd: dict[str, Any]) -> dict[str, Any]:
         """SCRAM-SHA-256 (what clients send: the token never crosses the wire, and the
@@ -527,7 +966,13 @@ class StoreServer:
         a client's document, so nothing else can ride along before authentication."""
         msg = {"request_id": 0, "sections": [("body", {name: value, "$db": "admin"})],
                "_conn_id": conn.id}
-        return await self.run(msg)
+        reply = await self.run(msg)
+        if reply.get("ok"):
+            # A one-member replica set's primary, as the store behaves like one
+            # (transactions, retryable writes and reads): drivers retry a write after a
+            # network error only on a replica set or mongos, never on a standalone.
+            reply.update(setName=REPLICA_SET_NAME, secondary=False, setVersion=1)
+        return reply
 
     def timeout_error(self, name: str) -> dict[str, Any]:
         return _error(f"{name}: waited {self.gate.timeout:g}s for another client's "
@@ -538,16 +983,31 @@ class StoreServer:
         return await asyncio.to_thread(self._call, msg)
 
     def _call(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """nx-27017's own dispatch: inserts (and document sequences) vs other commands."""
+        """nx-27017's own dispatch: inserts (and document sequences) vs other commands,
+        with MongoDB's document size limit around it (``install_size_limits``)."""
         is_insert = any(kind == "body" and isinstance(doc, dict) and "insert" in doc
                         for kind, doc in msg["sections"])
+        name = next(iter(self._body(msg)), "")
+        _LIMITS.big = big = msg.get("_size", 0) > MAX_DOCUMENT_SIZE
+        _LIMITS.command = name
+        _LIMITS.too_large = None
+        if big and is_insert:
+            sizes = [bson_size(doc) for doc in _insert_documents(msg)]
+            if sizes and max(sizes) > MAX_INTERNAL_SIZE:
+                return _object_too_large(max(sizes))  # mongod refuses the whole message
         try:
             if is_insert:
                 return self.handler.handle_insert(msg)[1]
-            return self.handler.handle_command(msg)[1]
+            reply = self.handler.handle_command(msg)[1]
         except Exception as exc:
             logger.exception("error handling a command")
             return {"ok": 0, "errmsg": str(exc)}
+        finally:
+            _LIMITS.big = False
+        if (too_large := _LIMITS.too_large) is not None and name in (
+                "findAndModify", "findandmodify"):
+            return _error(str(too_large), 17419, "Location17419")
+        return reply
 
     async def start_transaction(self, msg: dict[str, Any], cmd: dict[str, Any],
                                 lsid: str | None, conn_id: str) -> dict[str, Any]:
@@ -585,6 +1045,10 @@ class StoreServer:
                                    lsid: str | None, name: str) -> dict[str, Any]:
         gate = self.gate
         txn_number = cmd.get("txnNumber")
+        if (lsid is not None and gate.owner == lsid and gate.txn_number == txn_number
+                and gate.expired() and not gate.busy):
+            await gate.abort_owner(f"older than transactionLifetimeLimitSeconds "
+                                   f"({gate.lifetime:g}s)")
         if lsid is not None and gate.owner == lsid and gate.txn_number == txn_number:
             if name not in ("commitTransaction", "abortTransaction"):
                 async with gate.owner_command():
@@ -699,6 +1163,17 @@ def hold_server_lock(data_dir: Path) -> int:
     return fd
 
 
+def parse_parameters(items: list[str]) -> dict[str, str]:
+    """``NAME=VALUE`` pairs (``--set-parameter``); ValueError for one without ``=``."""
+    parameters: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"expected NAME=VALUE, got {item!r}")
+        parameters[key] = value
+    return parameters
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="cheeto_like.embedded")
     parser.add_argument("--data-dir", required=True)
@@ -709,6 +1184,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--token-file")
     parser.add_argument("--log-file")
     parser.add_argument("--pid-file")
+    parser.add_argument("--set-parameter", "--setParameter", action="append", default=[],
+                        metavar="NAME=VALUE", dest="set_parameter",
+                        help="a mongod parameter at start-up (enableTestCommands=1, "
+                             "transactionLifetimeLimitSeconds=N)")
     parser.add_argument("--exit-with", type=int, metavar="PID",
                         help="stop when this process ends (a test session's throwaway store)")
     return parser.parse_args(argv)
@@ -731,6 +1210,7 @@ async def _serve(server: StoreServer, args: argparse.Namespace, data_dir: Path) 
         loop.add_signal_handler(signum, stop.set)
     watcher = asyncio.create_task(_watch(args.exit_with, stop)) \
         if args.exit_with is not None else None
+    reaper = asyncio.create_task(server.gate.reap())
     if args.listen == "unix":
         path = data_dir / SOCKET_NAME
         path.unlink(missing_ok=True)  # a stale socket; the server lock says none is live
@@ -750,6 +1230,7 @@ async def _serve(server: StoreServer, args: argparse.Namespace, data_dir: Path) 
         timer.daemon = True
         timer.start()
         listener.close()
+        reaper.cancel()
         if watcher is not None:
             watcher.cancel()
         if server.gate.owner is not None:
@@ -772,8 +1253,15 @@ def main(argv: list[str]) -> None:
     token = resolve_token(data_dir, args.token_file) if args.listen == "tcp" else None
     instance_id = ensure_instance_id(data_dir)
     handler = NeoSQLiteHandler(str(data_dir), data_dir=str(data_dir), journal_mode="WAL")
-    server = StoreServer(handler, data_dir=data_dir, instance_id=instance_id,
-                         transport=args.listen, token=token, lock_timeout=args.lock_timeout)
+    try:
+        server = StoreServer(handler, data_dir=data_dir, instance_id=instance_id,
+                             transport=args.listen, token=token,
+                             lock_timeout=args.lock_timeout,
+                             parameters=parse_parameters(args.set_parameter))
+    except ValueError as exc:
+        handler.close_all()
+        print(f"error: --set-parameter: {exc}", file=sys.stderr)
+        sys.exit(2)
     pid_file = Path(args.pid_file) if args.pid_file else None
     if pid_file is not None:
         write_private(pid_file, f"{os.getpid()}\n")

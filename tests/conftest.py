@@ -69,7 +69,9 @@ def mongo_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MongoConf
         yield MongoConfig(uri=uri)
         return
     embedded = EmbeddedStoreConfig(path=tmp_path_factory.mktemp("store"))
-    server = EmbeddedServer(embedded, exit_with=os.getpid())  # a killed run leaves none
+    # a killed run leaves none; fail points (configureFailPoint) as mongod's test setup
+    server = EmbeddedServer(embedded, exit_with=os.getpid(),
+                            set_parameters={"enableTestCommands": "1"})
     server.start_background()
     try:
         yield MongoConfig(embedded=embedded)

@@ -908,3 +908,155 @@ async def test_a_bulk_write_of_inserts_then_sets_by_id_keeps_inserted_datetimes(
     docs = sorted([d async for d in collection.find({"run": "r"})], key=lambda d: d["index"])
     assert [d["outcome"] for d in docs] == ["planned", "ok", "planned", "skipped"]
     assert all(d["started_at"] == when for d in docs) and docs[1]["detail"] == "0.1s"
+
+
+# -- MongoDB's limits and failure modes (16 MiB, transaction lifetime, fail points) ----------
+#
+# Each holds on a real replica set started with ``--setParameter enableTestCommands=1``
+# (as the embedded store the suite starts is). A fail point is always scoped to this
+# test's own client (``appName``) and turned off in a ``finally``.
+
+MIB = 1024 * 1024
+
+
+def _sync_client(config: MongoConfig, appname: str) -> Any:
+    """A plain pymongo client of the suite's store, naming its application."""
+    from pymongo import MongoClient
+
+    from cheeto_like.embedded import EmbeddedServer
+
+    if config.uri:
+        return MongoClient(config.uri, appname=appname)
+    server = EmbeddedServer(config.embedded)
+    return MongoClient(server.uri, appname=appname, **server.client_options())
+
+
+def _fail_point(client: Any, mode: Any, **data: Any) -> None:
+    client.admin.command("configureFailPoint", "failCommand", mode=mode, data=data)
+
+
+def _off(client: Any) -> None:
+    client.admin.command("configureFailPoint", "failCommand", mode="off")
+
+
+async def test_an_update_growing_a_document_past_16_mib_is_refused_and_writes_nothing(
+        empty_db, mongo_config):
+    from pymongo.errors import OperationFailure, WriteError
+
+    with _sync_client(mongo_config, "limits") as client:
+        coll = client[empty_db.database.name].big_docs
+        coll.insert_one({"_id": "big", "parts": ["x" * MIB] * 15})
+        with pytest.raises(WriteError) as refused:
+            coll.update_one({"_id": "big"}, {"$push": {"parts": "y" * (2 * MIB)}})
+        assert refused.value.code == 17419
+        with pytest.raises(WriteError):
+            coll.update_one({"_id": "big"}, {"$set": {"more": "z" * (2 * MIB)}})
+        with pytest.raises(OperationFailure) as refused:
+            coll.find_one_and_update({"_id": "big"}, {"$push": {"parts": "y" * (2 * MIB)}})
+        assert refused.value.code == 17419
+        stored = coll.find_one({"_id": "big"})
+        assert len(stored["parts"]) == 15 and "more" not in stored
+        # a growth that stays under the limit is fine
+        coll.update_one({"_id": "big"}, {"$push": {"parts": "ok"}})
+        assert len(coll.find_one({"_id": "big"})["parts"]) == 16
+        coll.drop()
+
+
+async def test_an_aggregation_result_past_16_mib_is_refused(empty_db, mongo_config):
+    from pymongo.errors import OperationFailure
+
+    with _sync_client(mongo_config, "limits") as client:
+        coll = client[empty_db.database.name].big_group
+        coll.insert_many([{"_id": i, "k": "one", "blob": "b" * (6 * MIB)} for i in range(3)])
+        with pytest.raises(OperationFailure) as refused:
+            list(coll.aggregate([{"$group": {"_id": "$k", "all": {"$push": "$blob"}}}]))
+        assert (refused.value.code, refused.value.details["codeName"]) == (
+            10334, "BSONObjectTooLarge")
+        # each document alone is fine
+        assert len(list(coll.find({}, {"_id": 1}))) == 3
+        coll.drop()
+
+
+async def test_a_transaction_older_than_its_lifetime_limit_is_aborted(empty_db, mongo_config):
+    from pymongo.errors import OperationFailure
+
+    with _sync_client(mongo_config, "lifetime") as client:
+        coll = client[empty_db.database.name].lifetime
+        coll.insert_one({"_id": "seed"})
+        assert client.admin.command("getParameter", 1, transactionLifetimeLimitSeconds=1)[
+            "transactionLifetimeLimitSeconds"] == 60
+        before = client.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=2)
+        try:
+            assert before["was"] == 60
+            with client.start_session() as session:
+                session.start_transaction()
+                coll.insert_one({"_id": "late"}, session=session)
+                await asyncio.sleep(6)  # past the lifetime and the reaper's next round
+                with pytest.raises(OperationFailure) as aborted:
+                    coll.insert_one({"_id": "later"}, session=session)
+                assert aborted.value.code == 251
+                assert aborted.value.has_error_label("TransientTransactionError")
+                with pytest.raises(OperationFailure) as aborted:
+                    session.commit_transaction()
+                assert aborted.value.code == 251
+            coll.insert_one({"_id": "after"})  # nothing holds the store
+            assert sorted(d["_id"] for d in coll.find()) == ["after", "seed"]
+        finally:
+            client.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)
+            coll.drop()
+
+
+async def test_fail_command_fails_the_named_commands_with_the_code_and_labels(
+        empty_db, mongo_config):
+    from pymongo.errors import OperationFailure
+
+    with _sync_client(mongo_config, "failpoint") as client:
+        coll = client[empty_db.database.name].failing
+        coll.insert_one({"_id": 1})
+        _fail_point(client, {"times": 2}, failCommands=["find", "aggregate"], errorCode=2,
+                    errorLabels=["SomeLabel"], appName="failpoint")
+        try:
+            codes = []
+            for _ in range(2):
+                with pytest.raises(OperationFailure) as failed:
+                    coll.find_one({"_id": 1})
+                codes.append((failed.value.code, failed.value.has_error_label("SomeLabel")))
+            assert codes == [(2, True), (2, True)]
+            assert coll.find_one({"_id": 1}) == {"_id": 1}  # times: 2 is spent
+        finally:
+            _off(client)
+        coll.drop()
+
+
+async def test_fail_command_write_concern_error_applies_the_write_first(empty_db, mongo_config):
+    from pymongo.errors import WriteConcernError
+
+    with _sync_client(mongo_config, "failpoint") as client:
+        coll = client[empty_db.database.name].wce
+        _fail_point(client, {"times": 1}, failCommands=["insert"], appName="failpoint",
+                    writeConcernError={"code": 100, "errmsg": "Not enough data-bearing nodes"})
+        try:
+            with pytest.raises(WriteConcernError) as failed:
+                coll.insert_one({"_id": "applied"})
+            assert failed.value.code == 100
+        finally:
+            _off(client)
+        assert coll.find_one({"_id": "applied"}) == {"_id": "applied"}
+        coll.drop()
+
+
+async def test_fail_command_close_connection_is_retried_by_retryable_writes_and_reads(
+        empty_db, mongo_config):
+    with _sync_client(mongo_config, "failpoint") as client:
+        coll = client[empty_db.database.name].retried
+        _fail_point(client, {"times": 1}, failCommands=["insert"], closeConnection=True,
+                    appName="failpoint")
+        try:
+            coll.insert_one({"_id": "once"})  # the driver retries after the network error
+            _fail_point(client, {"times": 1}, failCommands=["find"], closeConnection=True,
+                        appName="failpoint")
+            assert coll.find_one({"_id": "once"}) == {"_id": "once"}
+        finally:
+            _off(client)
+        assert coll.count_documents({}) == 1
+        coll.drop()

@@ -32,7 +32,14 @@ def _server(args: argparse.Namespace) -> EmbeddedServer:
         overrides["listen"] = "tcp"
     if overrides:
         embedded = EmbeddedStoreConfig(**{**embedded.model_dump(), **overrides})
-    return EmbeddedServer(embedded)
+    parameters: dict[str, str] = {}
+    for item in getattr(args, "set_parameter", None) or []:
+        name, sep, value = item.partition("=")
+        if not sep or name not in ("enableTestCommands", "transactionLifetimeLimitSeconds"):
+            raise InvalidInput(f"--set-parameter {item!r}: expected enableTestCommands=0|1 "
+                               "or transactionLifetimeLimitSeconds=N")
+        parameters[name] = value
+    return EmbeddedServer(embedded, set_parameters=parameters)
 
 
 @command("db", "serve", help="run the embedded store in the foreground")
@@ -54,6 +61,10 @@ def _(parser: a.Parser) -> None:
                         help="a Unix socket in the data directory (default) or TCP")
     parser.add_argument("--host", help="TCP address to listen on (implies --listen tcp)")
     parser.add_argument("--port", type=int, help="TCP port (implies --listen tcp)")
+    parser.add_argument("--set-parameter", "--setParameter", action="append",
+                        dest="set_parameter", metavar="NAME=VALUE",
+                        help="a mongod start-up parameter: enableTestCommands=1 (fail "
+                             "points, for tests) or transactionLifetimeLimitSeconds=N")
 
 
 @command("db", "stop", help="stop an embedded store started in the background")
