@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import random
 import re
 import time
 from collections.abc import AsyncIterator, Callable
@@ -21,19 +22,25 @@ from pathlib import Path
 from typing import Any
 
 from beanie import init_beanie
-from pymongo import AsyncMongoClient
+from pymongo import AsyncMongoClient, WriteConcern
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import PyMongoError
+from pymongo.errors import OperationFailure, PyMongoError
 
 from . import store_files
 from .config import MongoConfig
 from .embedded import IDENTITY_COMMAND, TOKEN_ENV, EmbeddedServer
 from .errors import ConfigError, ExternalError
 from .models import ALL_MODELS
+from .models.applied import ensure_indexes as ensure_applied_indexes
 from .models.names import ensure_registry
 
 LOCK_TIMEOUT_S = 120.0
+# Transactions are committed with w: majority: a commit acknowledged by the primary alone
+# can be rolled back by an election, after the caller was told it happened.
+MAJORITY = WriteConcern("majority")
+COMMIT_BACKOFF_MAX_S = 0.5
+MAX_TIME_EXPIRED = 50  # a commit that ran out of maxCommitTimeMS is not retried
 
 
 class TransactionLock:
@@ -94,6 +101,9 @@ class Store:
     # Embedded store only: re-checks the database file before every session
     # (``store_files.FileGuard``), so a file deleted under the server refuses writes.
     file_guard: store_files.FileGuard | None = None
+    # How long an operation keeps retrying transient transaction errors and unknown
+    # commit results (``mongo.transaction_retry_seconds``; pymongo's with_transaction: 120).
+    transaction_retry_seconds: float = 120.0
 
     @property
     def is_embedded(self) -> bool:
@@ -109,22 +119,34 @@ class Store:
                 yield
 
     @asynccontextmanager
-    async def session(self, *, transaction: bool) -> AsyncIterator[AsyncClientSession]:
-        """A session, optionally inside a transaction that commits on success."""
+    async def session(self, *, transaction: bool,
+                      deadline: float | None = None) -> AsyncIterator[AsyncClientSession]:
+        """A session, optionally inside a transaction (``w: majority``) that commits on
+        success.
+
+        A commit whose outcome is unknown (``UnknownTransactionCommitResult``: the reply
+        was lost, a failover, a write concern timeout) is retried, as pymongo's
+        ``with_transaction`` does, until it is known or ``deadline`` (``time.monotonic``;
+        default: ``transaction_retry_seconds`` from now) passes; retrying the commit of
+        a committed transaction answers ok. Whole-transaction retries (the
+        ``TransientTransactionError`` label) are the caller's (``Operation.run``).
+        """
         if self.file_guard is not None:
             self.file_guard()
+        if deadline is None:
+            deadline = time.monotonic() + self.transaction_retry_seconds
         async with self.exclusive(), self.client.start_session() as session:
             if not transaction:
                 yield session
                 return
-            await session.start_transaction()
+            await session.start_transaction(write_concern=MAJORITY)
             try:
                 yield session
             except BaseException:
                 if session.in_transaction:
                     await session.abort_transaction()
                 raise
-            await session.commit_transaction()
+            await commit_with_retry(session, deadline)
 
     async def bind(self, *, create_indexes: bool = True) -> None:
         """Bind every document model to this store's database (beanie state is global)."""
@@ -143,13 +165,41 @@ class Store:
         await self.client.close()
 
 
+async def commit_with_retry(session: AsyncClientSession, deadline: float) -> None:
+    """Commit; while the result is unknown and time is left, commit again (jittered
+    backoff up to ``COMMIT_BACKOFF_MAX_S``: an election takes seconds)."""
+    retry = 0
+    while True:
+        try:
+            await session.commit_transaction()
+            return
+        except PyMongoError as exc:
+            unknown = exc.has_error_label("UnknownTransactionCommitResult") and not (
+                isinstance(exc, OperationFailure) and exc.code == MAX_TIME_EXPIRED)
+            if not unknown:
+                raise
+            retry += 1
+            pause = random.random() * min(0.005 * 1.5 ** retry,
+                                          COMMIT_BACKOFF_MAX_S)
+            if time.monotonic() + pause >= deadline:
+                raise
+            await asyncio.sleep(pause)
+
+
 def client_for(config: MongoConfig, uri: str, listeners: list[Any] | None = None,
-               extra: dict[str, Any] | None = None) -> AsyncMongoClient[dict[str, Any]]:
+               extra: dict[str, Any] | None = None, *,
+               long_running: bool = False) -> AsyncMongoClient[dict[str, Any]]:
+    """The client for ``config``: ``w: majority`` for every write (leases, syncs, usage
+    as well as the operations' transactions), and a server selection timeout that waits
+    out an election (``election_wait_seconds``) in daemons, workers and the API
+    (``long_running``), or ``timeout_seconds`` for a person at the CLI."""
     kwargs: dict[str, Any] = {
         "tz_aware": True,
         "tzinfo": UTC,
-        "serverSelectionTimeoutMS": int(config.timeout_seconds * 1000),
+        "serverSelectionTimeoutMS": int(server_selection_seconds(config, long_running)
+                                        * 1000),
         "connectTimeoutMS": int(config.timeout_seconds * 1000),
+        "w": "majority",
     }
     if listeners:
         kwargs["event_listeners"] = listeners
@@ -168,13 +218,36 @@ def client_for(config: MongoConfig, uri: str, listeners: list[Any] | None = None
     return AsyncMongoClient(uri, **kwargs)
 
 
+def server_selection_seconds(config: MongoConfig, long_running: bool) -> float:
+    """How long a process waits for a primary: daemons out-wait an election (10-12 s on
+    a replica set) rather than fail every task and request during one; the CLI answers
+    its person sooner (``timeout_seconds``), and never waits longer than a daemon."""
+    if long_running:
+        return max(config.election_wait_seconds, config.timeout_seconds)
+    return config.timeout_seconds
+
+
+def refuse_secondary_reads(client: AsyncMongoClient[dict[str, Any]]) -> None:
+    """Transactions must read from the primary, and an operation's pre-checks must see
+    the latest writes: a URI whose readPreference is anything but ``primary`` would fail
+    every transaction, so it is refused at connect with one line."""
+    mode = client.read_preference
+    if mode.mode != 0:
+        raise ConfigError(f"mongo.uri: readPreference={mode.mongos_mode} is not supported "
+                          "(transactions and operations read from the primary); remove "
+                          "it from the URI")
+
+
 async def connect(config: MongoConfig, *, autostart: bool = True, database: str | None = None,
                   notify: Callable[[str], None] | None = None,
-                  create_indexes: bool = True, listeners: list[Any] | None = None) -> Store:
+                  create_indexes: bool = True, listeners: list[Any] | None = None,
+                  long_running: bool = False) -> Store:
     """Connect, verify the store answers, and bind every document model to it.
 
     With the embedded store, a server that is down is started in the background when
     ``autostart`` is set (``notify`` is told so); otherwise it is an ``ExternalError``.
+    ``long_running`` (daemons, workers, the API) waits out an election when selecting a
+    server (``client_for``). A URI reading from secondaries is a ``ConfigError``.
     """
     from .config import mask_uri
 
@@ -206,9 +279,15 @@ async def connect(config: MongoConfig, *, autostart: bool = True, database: str 
     db_name = database or config.database
     try:
         client = client_for(config, uri, listeners,
-                            server.client_options() if config.is_embedded else None)
+                            server.client_options() if config.is_embedded else None,
+                            long_running=long_running)
     except (PyMongoError, ValueError, TypeError) as exc:  # InvalidURI, bad URI options
         raise ConfigError(f"mongo.uri: {_first_line(exc)}") from None
+    try:
+        refuse_secondary_reads(client)
+    except ConfigError:
+        await client.close()
+        raise
     try:
         if config.is_embedded:
             await verify_embedded(client, server, config)
@@ -222,11 +301,13 @@ async def connect(config: MongoConfig, *, autostart: bool = True, database: str 
         await client.close()
         raise
     store = Store(client=client, database=client[db_name],
-                  description=f"{description} db={db_name}", lock=lock, notes=notes)
+                  description=f"{description} db={db_name}", lock=lock, notes=notes,
+                  transaction_retry_seconds=config.transaction_retry_seconds)
     try:
         await store.bind(create_indexes=create_indexes)
         if create_indexes:  # a writer's connect: migrate a store from before the registry
             await ensure_registry(store.database)
+            await ensure_applied_indexes(store.database)
     except PyMongoError as exc:
         await client.close()
         raise _bind_error(store, checked, exc) from None

@@ -43,7 +43,10 @@ class EmbeddedStoreConfig(Block):
 
 
 class MongoConfig(Block):
-    """``uri`` names a real MongoDB (replica set); without it the embedded store is used."""
+    """``uri`` names a real MongoDB (replica set); without it the embedded store is used.
+
+    The URI must read from the primary (``store.connect`` refuses another
+    readPreference); writes are ``w: majority``."""
 
     uri: str | None = None
     database: str = Field(default="cheeto", pattern=r"^[A-Za-z0-9_-]{1,63}$")
@@ -52,7 +55,13 @@ class MongoConfig(Block):
     auth_source: str | None = None
     tls: bool = False
     tls_ca_file: UserPath | None = None
+    # connecting, and how long the CLI waits for a primary
     timeout_seconds: float = Field(default=5.0, gt=0)
+    # how long daemons, workers and the API wait for a primary: an election takes 10-12 s
+    election_wait_seconds: float = Field(default=30.0, gt=0, le=3600)
+    # how long an operation retries transient transaction errors (write conflicts) and
+    # unknown commit results, with jittered backoff (pymongo's with_transaction: 120 s)
+    transaction_retry_seconds: float = Field(default=120.0, gt=0, le=3600)
     embedded: EmbeddedStoreConfig = Field(default_factory=EmbeddedStoreConfig)
 
     @field_validator("uri")

@@ -69,7 +69,9 @@ def result_backend(mongo: MongoConfig) -> tuple[str, dict[str, Any]]:
     the store's own client (``store.client_for``).
     """
     options: dict[str, Any] = {
-        "serverSelectionTimeoutMS": int(mongo.timeout_seconds * 1000),
+        # a worker storing a result waits out an election (store.server_selection_seconds)
+        "serverSelectionTimeoutMS": int(max(mongo.election_wait_seconds,
+                                            mongo.timeout_seconds) * 1000),
         "connectTimeoutMS": int(mongo.timeout_seconds * 1000),
     }
     settings_extra: dict[str, Any] = {}

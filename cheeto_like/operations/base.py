@@ -2,15 +2,32 @@
 
 An operation declares its keyword arguments as a pydantic model (``Args``), so they are
 validated before any I/O and no subclass repeats constructor boilerplate. ``run()``
-validates, opens a session (a transaction unless ``transactional = False``), calls
-``execute(session)``, inserts ``History(op, author, describe())`` in the same
+validates, opens a session (a transaction unless ``transactional = False``), claims its
+operation id (``models/applied.py``), calls ``execute(session)``, marks the generations
+of the sites it touched, inserts ``History(op, author, describe())`` in the same
 transaction, and commits. A failure anywhere writes nothing at all.
+
+Retries follow pymongo's ``with_transaction``: a ``TransientTransactionError`` (a write
+conflict, a transaction the server aborted, an election) re-runs the whole transaction
+with jittered exponential backoff until ``Store.transaction_retry_seconds`` have passed;
+a commit whose result is unknown is committed again (``store.commit_with_retry``).
+``prepare()`` runs once, before the first attempt. Because the operation id is claimed
+first in every attempt, an attempt after a commit that did apply meets the claim and
+reports the applied attempt's result instead of applying twice; ``run_once`` does the
+same across requests for a client-chosen id (``/api/v1``'s ``Idempotency-Key``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import random
 import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -22,8 +39,9 @@ from pymongo.errors import (
     PyMongoError,
 )
 
-from ..errors import AlreadyExists, ExternalError, InvalidInput
+from ..errors import AlreadyExists, Conflict, ExternalError, InvalidInput
 from ..models import ALL_MODELS
+from ..models import applied as applied_records
 from ..models.fields import utcnow
 from ..models.history import History
 from ..store import Store
@@ -33,7 +51,38 @@ from . import generations
 log = logging.getLogger(__name__)
 
 OPERATIONS: dict[str, type[Operation]] = {}
-MAX_ATTEMPTS = 4
+BACKOFF_INITIAL_S = 0.005  # pymongo's with_transaction: 5 ms * 1.5**retry, jittered,
+BACKOFF_MAX_S = 0.5  # at most 500 ms
+
+
+@dataclass(frozen=True)
+class Once:
+    """A caller-chosen operation id (already scoped to the caller), a fingerprint of the
+    request it stands for, and how to turn the result into the answer that is stored
+    with the id and replayed to a retry (JSON-able: it is kept as JSON text)."""
+
+    operation_id: str
+    fingerprint: str
+    summarize: Callable[[Any], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What ``run_once`` did: ``replayed`` when an earlier call with the id had applied
+    (then ``result`` is None and ``summary`` is that call's stored answer)."""
+
+    summary: dict[str, Any]
+    replayed: bool
+    result: Any = None
+
+
+class _Applied(Exception):
+    """The operation id was claimed already: an earlier attempt or request applied."""
+
+
+def backoff(retry: int) -> float:
+    return random.random() * min(BACKOFF_INITIAL_S * 1.5 ** retry,
+                                 BACKOFF_MAX_S)
 
 
 class OpArgs(BaseModel):
@@ -88,25 +137,80 @@ class Operation:
         """Validate, execute in one transaction with its History row, and return the result.
 
         Transient transaction errors (write conflicts on a real replica set) re-run the
-        whole operation from scratch, a bounded number of times.
+        whole operation from scratch, with backoff, for a bounded time (module doc).
         """
         args = cls.parse_args(**kwargs)
         prepared = await cls.prepare(args)
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        outcome = await cls._attempts(store, author, args, prepared,
+                                      skip_history=skip_history, once=None)
+        return outcome.result
+
+    @classmethod
+    async def run_once(cls, store: Store, author: str | None, once: Once, *,
+                       skip_history: bool = False, **kwargs: Any) -> Outcome:
+        """``run`` under a caller-chosen operation id: the first call applies and stores
+        ``once.summarize(result)``; a later call with the same id (a client's retry)
+        applies nothing and gets that stored answer back. The same id with another
+        fingerprint (another request) is a ``Conflict``."""
+        if not cls.transactional:
+            raise TypeError(f"{cls.op_name} is not transactional: it cannot be run once")
+        args = cls.parse_args(**kwargs)
+        prepared = await cls.prepare(args)
+        return await cls._attempts(store, author, args, prepared,
+                                   skip_history=skip_history, once=once)
+
+    @classmethod
+    async def _attempts(cls, store: Store, author: str | None, args: OpArgs, prepared: Any,
+                        *, skip_history: bool, once: Once | None) -> Outcome:
+        operation_id = once.operation_id if once is not None else uuid.uuid4().hex
+        deadline = time.monotonic() + store.transaction_retry_seconds
+        maybe_committed: Operation | None = None  # an attempt whose commit may have applied
+        retry = 0
+        while True:
             op = cls(store, author, args)
             op.prepared = prepared
             try:
-                return await op._run(skip_history=skip_history)
+                result = await op._run(skip_history=skip_history, operation_id=operation_id,
+                                       once=once, deadline=deadline)
+            except _Applied:
+                if maybe_committed is not None:  # our own earlier attempt did commit
+                    return Outcome(maybe_committed.summary, False, maybe_committed.result)
+                return await cls._replay(operation_id, once)
             except DuplicateKeyError as exc:
                 raise AlreadyExists(describe_duplicate(exc)) from None
             except ValidationError as exc:  # a document built in execute refused a value
                 raise InvalidInput(describe_validation_error(exc)) from None
             except PyMongoError as exc:
-                if exc.has_error_label("TransientTransactionError") and attempt < MAX_ATTEMPTS:
-                    log.info("%s: transient transaction error, retrying (%s)", cls.op_name, exc)
-                    continue
+                if op.reached_commit:
+                    maybe_committed = op
+                if exc.has_error_label("UnknownTransactionCommitResult"):
+                    raise ExternalError(
+                        f"the store did not confirm the commit of {cls.op_name} within "
+                        f"{store.transaction_retry_seconds:g}s (it may have applied): "
+                        f"{exc}", transient=True) from None
+                if exc.has_error_label("TransientTransactionError"):
+                    retry += 1
+                    pause = backoff(retry)
+                    if time.monotonic() + pause < deadline:
+                        log.info("%s: transient transaction error, retry %d (%s)",
+                                 cls.op_name, retry, exc)
+                        await asyncio.sleep(pause)
+                        continue
                 raise translate_store_error(exc) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+            if cls.transactional:
+                await generations.after_commit(store)
+            return Outcome(op.summary, False, result)
+
+    @classmethod
+    async def _replay(cls, operation_id: str, once: Once | None) -> Outcome:
+        """The stored answer of the call that applied ``operation_id``."""
+        record = await applied_records.collection().find_one({"_id": operation_id})
+        if once is None or record is None:
+            raise ExternalError(f"{cls.op_name}: operation {operation_id} was applied, but "
+                                "its record is gone", transient=True)
+        if record.get("op") != cls.op_name or record.get("fingerprint") != once.fingerprint:
+            raise Conflict("this idempotency key was used for a different request")
+        return Outcome(json.loads(record.get("summary") or "{}"), True)
 
     @classmethod
     async def within(cls, parent: Operation, session: AsyncClientSession,
@@ -117,16 +221,47 @@ class Operation:
         parent._nested_touched.append(op.touched_sites())
         return result
 
-    async def _run(self, *, skip_history: bool) -> Any:
-        async with self.store.session(transaction=self.transactional) as session:
-            result = await self.execute(session)
-            await generations.bump(session, self._all_touched_sites())
+    reached_commit = False
+    summary: dict[str, Any] = {}
+    result: Any = None
+
+    async def _run(self, *, skip_history: bool, operation_id: str, once: Once | None,
+                   deadline: float) -> Any:
+        async with self.store.session(transaction=self.transactional,
+                                      deadline=deadline) as session:
+            if self.transactional:
+                await self._claim(session, operation_id, once)
+            result = self.result = await self.execute(session)
+            if self.transactional:
+                await generations.mark(session, self._all_touched_sites())
             changes = self.describe()
             if not skip_history:
                 await History(op=self.op_name, author=self.author, changes=changes,
                               timestamp=utcnow()).insert(session=session)
+            if once is not None:
+                self.summary = once.summarize(result)
+                await applied_records.collection().update_one(
+                    {"_id": operation_id}, {"$set": {"summary": json.dumps(self.summary)}},
+                    session=session)
+            self.reached_commit = True
         log.info("%s by %s: %s", self.op_name, self.author or "(unknown)", changes)
         return result
+
+    async def _claim(self, session: AsyncClientSession, operation_id: str,
+                     once: Once | None) -> None:
+        """Insert the operation's record first: a second claim of the id (a retry after
+        a commit that applied) is a duplicate key, or, while the first is still open on
+        a replica set, a write conflict that is retried until it is one."""
+        now = utcnow()
+        doc: dict[str, Any] = {"_id": operation_id, "op": self.op_name,
+                               "author": self.author, "at": now,
+                               "at_epoch": int(now.timestamp())}
+        if once is not None:
+            doc["fingerprint"] = once.fingerprint
+        try:
+            await applied_records.collection().insert_one(doc, session=session)
+        except DuplicateKeyError:
+            raise _Applied from None
 
     def _all_touched_sites(self) -> frozenset[str] | None:
         """This operation's sites and those of every operation run ``within`` it."""

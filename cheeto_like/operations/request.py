@@ -57,7 +57,7 @@ from ..queries.storage import find_storage
 from ..queries.user import find_site_info, get_user
 from ..sla import format_days
 from ..store import Store
-from .base import OpArgs, Operation
+from .base import Once, OpArgs, Operation, Outcome
 from .notify import Notifier
 
 log = logging.getLogger(__name__)
@@ -400,6 +400,29 @@ async def file_request(store: Store, author: str | None, config: Config, *,
     await notify(store, config, notifier, request, "done" if request.status == "done"
                  else "filed", author)
     return request
+
+
+async def file_request_once(store: Store, author: str | None, config: Config, once: Once,
+                            *, notifier: Notifier | None = None, **kwargs: Any) -> Outcome:
+    """``file_request`` under a client's idempotency key: a retry files nothing and mails
+    nobody, and gets the first answer back."""
+    steps = steps_for(config.requests, kwargs.get("kind", ""))
+    outcome = await FileRequest.run_once(store, author, once, steps=steps, **kwargs)
+    if not outcome.replayed:
+        request = outcome.result
+        await notify(store, config, notifier, request, "done" if request.status == "done"
+                     else "filed", author)
+    return outcome
+
+
+async def comment_request_once(store: Store, author: str | None, config: Config,
+                               number: int, once: Once, *, text: str,
+                               notifier: Notifier | None = None) -> Outcome:
+    """``comment_request`` under a client's idempotency key (one comment per key)."""
+    outcome = await CommentRequest.run_once(store, author, once, number=number, text=text)
+    if not outcome.replayed:
+        await notify(store, config, notifier, outcome.result, "comment", author, note=text)
+    return outcome
 
 
 async def approve_request(store: Store, author: str | None, config: Config, number: int, *,

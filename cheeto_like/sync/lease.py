@@ -22,7 +22,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
+from pymongo import WriteConcern
+from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from ..errors import Busy, CheetoError, ExternalError
@@ -34,6 +37,14 @@ from ..store import Store
 
 DEFAULT_TTL = timedelta(seconds=60)
 log = logging.getLogger("cheeto_like.sync")
+
+
+def _leases() -> AsyncCollection[Any]:
+    """Leases are written ``w: majority`` (whatever the client's default): a lease the
+    primary alone acknowledged can vanish in an election, and two runs would both
+    hold it."""
+    return SyncLease.get_pymongo_collection().with_options(
+        write_concern=WriteConcern("majority"))
 
 
 class LeaseLost(ExternalError):
@@ -83,7 +94,7 @@ def _doc(key: str, holder: str, ttl: timedelta) -> dict[str, object]:
 
 async def _take(store: Store, key: str, holder: str, ttl: timedelta, target: str,
                 site: str) -> None:
-    collection = SyncLease.get_pymongo_collection()
+    collection = _leases()
     doc = _doc(key, holder, ttl)
     async with store.exclusive():
         try:
@@ -109,7 +120,7 @@ async def _take(store: Store, key: str, holder: str, ttl: timedelta, target: str
 async def _heartbeat(store: Store, held: Held) -> None:
     """Renew every third of the TTL; give up (``lost``) when someone else holds it, or
     when no renewal succeeded before the lease would have expired."""
-    collection = SyncLease.get_pymongo_collection()
+    collection = _leases()
     period = held.ttl.total_seconds() / 3
     last_ok = asyncio.get_running_loop().time()
     while held.lost is None:
@@ -149,7 +160,7 @@ async def lease(store: Store, target: str, site: str, *,
         with contextlib.suppress(asyncio.CancelledError):
             await beat
         async with store.exclusive():
-            await SyncLease.get_pymongo_collection().delete_one(
+            await _leases().delete_one(
                 {"_id": key, "holder": held.holder})
 
 

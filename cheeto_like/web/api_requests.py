@@ -24,6 +24,7 @@ from ..errors import InvalidInput
 from ..models import Request as RequestDoc
 from ..models.request import RequestKind
 from .deps import CurrentPrincipal, authorize, get_auth
+from .idempotency import IdempotencyKey, keyed
 from .problems import responses
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -142,8 +143,8 @@ def add_request_routes(router: APIRouter) -> None:
     @router.post("/requests", status_code=201, summary="file a request (you are the requester)",
                  responses=WRITE_ERRORS, tags=["requests"])
     async def request_new(request: Request, who: CurrentPrincipal,
-                          body: RequestIn) -> dict[str, Any]:
-        from ..operations.request import file_request, request_detail
+                          body: RequestIn, key: IdempotencyKey = None) -> dict[str, Any]:
+        from ..operations.request import file_request, file_request_once, request_detail
 
         user = body.user
         if user is None and (body.kind in ("account", "join", "access")
@@ -156,12 +157,15 @@ def add_request_routes(router: APIRouter) -> None:
         amounts = {k: getattr(body, k) if k in body.model_fields_set else "keep"
                    for k in ("cpu_minutes", "gpu_minutes")}
         config = config_of(request)
-        made = await file_request(
-            request.app.state.store, who.author, config, notifier=_notifier(request, who),
-            kind=body.kind, site=body.site, group=body.group, user=user,
-            account=body.account, access=body.access, quota=body.quota,
-            parent_volume=body.parent_volume, reason=body.reason, **amounts)
-        return request_detail(made, config)
+        store, notifier = request.app.state.store, _notifier(request, who)
+        fields = dict(kind=body.kind, site=body.site, group=body.group, user=user,
+                      account=body.account, access=body.access, quota=body.quota,
+                      parent_volume=body.parent_volume, reason=body.reason, **amounts)
+        return await keyed(
+            key, who, "request:new", body, lambda made: request_detail(made, config),
+            lambda: file_request(store, who.author, config, notifier=notifier, **fields),
+            lambda once: file_request_once(store, who.author, config, once,
+                                           notifier=notifier, **fields))
 
     @router.get("/requests/{number}", summary="one request: approvals, comments, what it did",
                 responses=READ_ERRORS, tags=["requests"])
@@ -201,12 +205,16 @@ def add_request_routes(router: APIRouter) -> None:
     @router.post("/requests/{number}/comments", status_code=201, summary="add a comment",
                  responses=WRITE_ERRORS, tags=["requests"])
     async def request_comment(request: Request, who: CurrentPrincipal, number: Number,
-                              body: CommentIn) -> dict[str, Any]:
-        from ..operations.request import comment_request, request_detail
+                              body: CommentIn, key: IdempotencyKey = None) -> dict[str, Any]:
+        from ..operations.request import comment_request, comment_request_once, request_detail
 
         await load(who, number, rules.REQUEST_COMMENT)
         config = config_of(request)
-        commented = await comment_request(request.app.state.store, who.author, config,
-                                          number, text=body.text,
-                                          notifier=_notifier(request, who))
-        return request_detail(commented, config)
+        store, notifier = request.app.state.store, _notifier(request, who)
+        return await keyed(
+            key, who, f"request:{number}:comment", body,
+            lambda commented: request_detail(commented, config),
+            lambda: comment_request(store, who.author, config, number, text=body.text,
+                                    notifier=notifier),
+            lambda once: comment_request_once(store, who.author, config, number, once,
+                                              text=body.text, notifier=notifier))
