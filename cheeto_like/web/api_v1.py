@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..auth import rules
 from ..auth.login import LoginFailed, authenticate, valid_name
-from ..auth.principal import Principal, subject_of
+from ..auth.principal import Principal
 from ..errors import InvalidInput
 from ..models import GroupMembership, SyncRun, User
 from ..models.auth import GrantedRole, Scope
@@ -51,13 +51,8 @@ WRITE_ERRORS = responses(400, 401, 403, 404, 409, 422, 503)
 
 
 def page(items: list[Any], limit: int, offset: int) -> dict[str, Any]:
-    """A page of a short list computed whole (a site's quotas, roles, keys)."""
-    return paged(items[offset:offset + limit], len(items), limit, offset)
-
-
-def paged(items: list[Any], total: int, limit: int, offset: int) -> dict[str, Any]:
-    """A page the store cut (``skip``/``limit``) and counted: what long lists use."""
-    return {"items": items, "total": total, "limit": limit, "offset": offset}
+    return {"items": items[offset:offset + limit], "total": len(items), "limit": limit,
+            "offset": offset}
 
 
 def user_view(user: User) -> dict[str, Any]:
@@ -201,7 +196,7 @@ def build_router(prefix: str) -> APIRouter:
             log.info("sign-in refused for %s from %s", shown, address)
             raise HTTPException(401, "invalid user name or password") from None
         await auth.limiter.succeeded(database, body.username, address)
-        token, claims = auth.issuer.issue(await subject_of(name))
+        token, claims = auth.issuer.issue(name)
         log.info("signed in: %s from %s (jti %s)", name, address, claims.jti)
         return TokenOut(access_token=token, expires_at=claims.exp, user=name)
 
@@ -233,12 +228,11 @@ def build_router(prefix: str) -> APIRouter:
     async def users(who: CurrentPrincipal, limit: Limit = 100, offset: Offset = 0,
                     site: OptName = None, group: OptName = None,
                     status: OptName = None) -> dict[str, Any]:
-        from ..queries.user import page_users
+        from ..queries.user import find_users
 
         authorize(who, rules.USER_LIST)
-        found, total = await page_users(limit=limit, offset=offset, site=site, group=group,
-                                        status=status)
-        return paged([user_view(u) for u in found], total, limit, offset)
+        found = await find_users(site=site, group=group, status=status)
+        return page([user_view(u) for u in found], limit, offset)
 
     @router.get("/users/{name}", summary="one user", responses=READ_ERRORS,
                 tags=["directory"])
@@ -274,14 +268,15 @@ def build_router(prefix: str) -> APIRouter:
                      site: OptName = None, member: OptName = None,
                      type: Annotated[str | None, Query(pattern=r"^[a-z]{1,16}$")] = None,
                      ) -> dict[str, Any]:
-        from ..queries.group import page_groups
+        from ..queries.group import list_groups
 
         visible = rules.visible_accounts(who)
         if who.kind != "user" and visible is not None:  # a key without api:read
             authorize(who, rules.GROUP_LIST)
-        rows, total = await page_groups(limit=limit, offset=offset, type=type, site=site,
-                                        member=member, among=visible)
-        return paged(rows, total, limit, offset)
+        found = await list_groups(type=type, site=site, member=member)
+        rows = [{"name": g.name, "gid": g.gid, "type": g.type} for g in
+                sorted(found, key=lambda g: g.name) if visible is None or g.name in visible]
+        return page(rows, limit, offset)
 
     @router.get("/groups/{name}", summary="one group and its members",
                 responses=READ_ERRORS, tags=["directory"])
@@ -419,16 +414,13 @@ def build_router(prefix: str) -> APIRouter:
 
         await subject_allowed(who, rules.QUOTA_READ, user, account)
         found = await get_site(site)
-        where: dict[str, Any] = {"site": found.name}
-        if user is not None or account is not None:
-            where = {"$and": [where, {"user": user} if user is not None
-                              else {"account": account}]}
-        total = await QuotaAdjustment.find(where).count()
-        rows = await QuotaAdjustment.find(where).sort(-QuotaAdjustment.at_epoch).skip(
-            offset).limit(limit).to_list()
-        return paged([{"user": a.user, "account": a.account, "cpu_minutes": a.cpu_minutes,
-                       "gpu_minutes": a.gpu_minutes, "reason": a.reason, "at": a.at}
-                      for a in rows], total, limit, offset)
+        rows = [a for a in await QuotaAdjustment.find({"site": found.name}).to_list()
+                if (user is None or a.user == user) and (account is None
+                                                         or a.account == account)]
+        rows.sort(key=lambda a: a.at_epoch, reverse=True)
+        return page([{"user": a.user, "account": a.account, "cpu_minutes": a.cpu_minutes,
+                      "gpu_minutes": a.gpu_minutes, "reason": a.reason, "at": a.at}
+                     for a in rows], limit, offset)
 
     @router.post("/adjustments/{site}", status_code=201,
                  summary="credit (-) or debit (+) usage, with a reason",
@@ -529,17 +521,6 @@ def build_router(prefix: str) -> APIRouter:
         authorize(who, rules.ROLE_WRITE)
         await RevokeRole.run(store_of(request), who.author, user=user, role=role,
                              accounts=account or [])
-        return Response(status_code=204)
-
-    @router.post("/users/{name}/tokens/revoke", status_code=204,
-                 summary="end every token and dashboard session of a user",
-                 responses=WRITE_ERRORS, tags=["admin"])
-    async def user_tokens_revoke(request: Request, who: CurrentPrincipal,
-                                 name: Name) -> Response:
-        from ..operations.auth import RevokeUserTokens
-
-        authorize(who, rules.TOKENS_REVOKE)
-        await RevokeUserTokens.run(store_of(request), who.author, user=name)
         return Response(status_code=204)
 
     @router.get("/api-keys", summary="API keys (never their secrets)",
