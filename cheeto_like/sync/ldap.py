@@ -66,6 +66,7 @@ from .ldap_mark import (
     forget_marks,
     is_clean,
     key_text,
+    ms,
     read_mark,
     store_clock_ms,
     window_of,
@@ -331,7 +332,8 @@ async def write_site_mark(store: Store, desired: DesiredState, planned: Plan,
         site=desired.site, through_ms=through_ms,
         window=window_of(((k, r.modified_at) for k, r in desired.records.items()), through_ms),
         pending=frozenset(key_text(k) for k in bad),
-        rosters={k: frozenset(v) for k, v in rosters.items()}, fingerprint=print_)
+        rosters={k: frozenset(v) for k, v in rosters.items()}, fingerprint=print_,
+        stale_ms=None if desired.stale_at is None else ms(desired.stale_at))
     writes = 1
     async with store.exclusive():
         await write_mark(mark, previous)
@@ -432,7 +434,7 @@ async def _run(store: Store, config: LDAPConfig, site: str, *, scope: Scope,
         if whole and (incremental or not dry_run):
             print_ = await fingerprint(site, (await get_site(site)).updated_at)
         if whole and incremental and mark is not None and not mark.pending \
-                and print_ == dict(mark.fingerprint):
+                and print_ == dict(mark.fingerprint) and mark.fresh(utcnow()):
             clock.lap("desired")
             report = Report(Plan(site, (), Focus()), dry_run=dry_run, run_id=sync_run.id,
                             timings=clock.laps, unchanged=True)

@@ -5,11 +5,14 @@ What a site projects (the reference's rules, with its defects fixed):
   ``uid=<name>,<user_base>``: inetOrgPerson/posixAccount/ldapPublicKey/shadowAccount with
   ``{CRYPT}`` password, tagged SSH keys and ``shadowExpire`` from the global expiry.
   Nothing in it depends on the site that syncs it, so two sites never fight over it:
-  a ``system`` user's extra root keys are the keys of the admins who hold ``root-ssh`` at
-  *any* site the system user is on (the reference used the syncing site's admins, so the
-  last site to sync won).
+  a ``system`` user's extra root keys are the keys of the admins who may hold root
+  (``access_policy``: ``root-ssh``, active, unexpired) at *any* site the system user is
+  on (the reference used the syncing site's admins, so the last site to sync won). An
+  expired SSH key is in no entry.
 - **Groups** of the site: every access and status group (members: the site's users whose
-  effective access includes it / whose effective status is it), the personal group of
+  effective access includes it *and whose status there grants it* (``queries.
+  access_policy``: active keeps every access, offboarding the ordinary ones, inactive,
+  disabled or past ``expires_at`` none) / whose effective status is it), the personal group of
   each user on the site, every group with a membership edge or a storage at the site, and
   the site's sticky groups. Members are the users on the site with a ``member`` edge (all
   of them for a sticky group), written both as ``memberUid`` and as ``member`` DNs.
@@ -19,7 +22,11 @@ What a site projects (the reference's rules, with its defects fixed):
 
 Incremental bookkeeping travels with the state: which records are dirty for this site
 (``ldap.modified_at`` not covered by the record's own stamp nor by the site's mark,
-``sync/ldap_mark.py``), users who left the site since they were last synced here (their
+``sync/ldap_mark.py``; or an expiry it depends on, its own, its site record's or a key's,
+passed since then: expiry needs no write, so nothing else would notice; a system user is
+dirty when any root-ssh admin is, for the same reasons), ``stale_at`` (the soonest
+expiry ahead: the mark keeps it, and an unchanged fingerprint does not skip a run past
+it), users who left the site since they were last synced here (their
 memberships must go), ignored records (never written or pruned), and each record's name
 and snapshot of ``modified_at`` for the watermark.
 
@@ -53,6 +60,7 @@ from ..models import (
 )
 from ..models.base import columns, rows
 from ..models.fields import utcnow
+from ..queries import access_policy
 from ..queries.site import get_site
 from ..queries.storage import ResolvedStorage
 from ..queries.user import effective_access, effective_status
@@ -74,7 +82,8 @@ from .ldap_state import (
 
 ROOT_ACCESS = "root-ssh"
 # read for every user (light) / only for the users whose entries are built (heavy)
-USER_LIGHT = ("name", "type", "status", "access", "ldap.ignore", "ldap.modified_at")
+USER_LIGHT = ("name", "type", "status", "access", "expires_at", "ldap.ignore",
+              "ldap.modified_at")
 USER_HEAVY = ("name", "email", "uid", "gid", "fullname", "surname", "shell", "password",
               "home_directory", "expires_at")
 
@@ -145,6 +154,9 @@ class DesiredState:
     # the site mark's rosters ("users", "groups", "automounts" as "<map>/<key>") when the
     # run is incremental: the actual side then reads entries by name instead of listing
     known: Mapping[str, frozenset[str]] | None = None
+    # the soonest expiry ahead among what the projection read (users, site records, keys):
+    # the state goes stale then with no write (``SiteMark.stale_ms``)
+    stale_at: datetime | None = None
 
     @property
     def dirty_records(self) -> frozenset[RecordKey]:
@@ -204,6 +216,7 @@ class _Light:
     ignore: bool
     modified_at: datetime
     stamp: datetime | None  # the record's own ldap.synced.<site>
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +225,12 @@ class _SiteInfoRow:
     site: str
     status: str | None
     access: list[str]
+    expires_at: datetime | None = None
+
+    @classmethod
+    def of(cls, raw: dict[str, Any], site: str | None = None) -> _SiteInfoRow:
+        return cls(raw["user"], site or raw["site"], raw.get("status"),
+                   raw.get("access") or [], access_policy.as_utc(raw.get("expires_at")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +293,8 @@ def _stamp(value: Any) -> datetime | None:
 def _light(raw: dict[str, Any], synced: str) -> _Light:
     return _Light(raw["name"], raw.get("type") or "user", raw.get("status"),
                   list(raw.get("access") or []), bool(raw.get("ldap.ignore")),
-                  _when(raw.get("ldap.modified_at")), _stamp(raw.get(synced)))
+                  _when(raw.get("ldap.modified_at")), _stamp(raw.get(synced)),
+                  access_policy.as_utc(raw.get("expires_at")))
 
 
 def user_entry(layout: Layout, user: _UserRow, keys: list[str]) -> EntryState:
@@ -310,42 +330,57 @@ def _key_text(key: _Key, prefix: bool) -> str:
     return key.authorized_keys_entry() if prefix else key.key
 
 
-async def _keys_of(names: Iterable[str] | None) -> dict[str, list[_Key]]:
-    """SSH keys by user, oldest first: every user's (``None``) or those of ``names``."""
+async def _keys_of(names: Iterable[str] | None, now: datetime) -> dict[str, list[_Key]]:
+    """Unexpired SSH keys by user, oldest first: every user's (``None``) or those of
+    ``names``."""
     if names is None:
-        found = await columns(SshKey, {}, "user", "key", "created_at")
+        found = await columns(SshKey, {}, "user", "key", "created_at", "expires_at")
     else:
         wanted = sorted(set(names))
         found = await rows(SshKey, {"user": {"$in": wanted}}, "user", "key",
-                           "created_at") if wanted else []
+                           "created_at", "expires_at") if wanted else []
     keys: dict[str, list[_Key]] = {}
     for raw in sorted(found, key=lambda r: (r.get("created_at") or EPOCH, r["key"])):
+        if access_policy.expired([raw.get("expires_at")], now):
+            continue
         keys.setdefault(raw["user"], []).append(_Key(raw["user"], raw["key"]))
     return keys
 
 
+def _root_admins(users: Mapping[str, _Light], admin_usis: list[_SiteInfoRow]) -> list[str]:
+    """Admins whose access lists name ``root-ssh`` anywhere (globally or at a site): the
+    ones whose changes or expiries can move a system user's keys."""
+    listed = {n for n, u in users.items() if u.type == "admin" and ROOT_ACCESS in u.access}
+    listed.update(usi.user for usi in admin_usis if ROOT_ACCESS in usi.access)
+    return sorted(listed)
+
+
 async def _root_keys(site: str, users: Mapping[str, _Light], systems: list[str],
-                     prefix: bool) -> dict[str, list[str]]:
-    """system user on this site -> the keys of admins with root-ssh at any of its sites."""
+                     admin_usis: list[_SiteInfoRow], prefix: bool,
+                     now: datetime) -> dict[str, list[str]]:
+    """system user on this site -> the unexpired keys of the admins who may hold root
+    (``access_policy``) at any of its sites."""
     if not systems:
         return {}
-    admins = sorted(n for n, u in users.items() if u.type == "admin")
-    keys = await _keys_of(admins) if admins else {}
+    admins = _root_admins(users, admin_usis)
+    keys = await _keys_of(admins, now) if admins else {}
     admins = [a for a in admins if keys.get(a)]
     if not admins:
         return {}
-    usis = [_SiteInfoRow(r["user"], r["site"], r.get("status"), r.get("access") or [])
-            for r in await rows(UserSiteInfo, {"user": {"$in": systems + admins}},
-                                "user", "site", "status", "access")]
+    usis = [_SiteInfoRow.of(r) for r in await rows(
+        UserSiteInfo, {"user": {"$in": systems}}, "user", "site", "status", "access")]
+    usis += [u for u in admin_usis if u.user in keys]
     sites_of: dict[str, set[str]] = {}
-    holders: dict[str, set[str]] = {}  # site -> admins with root-ssh there
+    holders: dict[str, set[str]] = {}  # site -> admins who may hold root there
     for usi in usis:
         user = users.get(usi.user)
         if user is None:
             continue
         if user.type == "system":
             sites_of.setdefault(usi.user, set()).add(usi.site)
-        if user.type == "admin" and ROOT_ACCESS in effective_access(user, usi):
+        if user.type == "admin" and access_policy.grants(
+                effective_status(user, usi), effective_access(user, usi),
+                (user.expires_at, usi.expires_at), now, ROOT_ACCESS):
             holders.setdefault(usi.site, set()).add(usi.user)
     found: dict[str, list[str]] = {}
     for system in systems:
@@ -369,24 +404,53 @@ async def desired_state(site_name: str, config: LDAPConfig, *, mark: SiteMark | 
     records: dict[RecordKey, Record] = {}
     synced = f"ldap.synced.{name}"
     incremental = incremental and mark is not None
-    heavy = () if incremental else USER_HEAVY[1:]
+    heavy = () if incremental else tuple(f for f in USER_HEAVY[1:] if f not in USER_LIGHT)
+    now = utcnow()
+    through = None if mark is None else datetime.fromtimestamp(mark.through_ms / 1000, UTC)
 
     def dirty(key: RecordKey, modified: datetime, stamp: datetime | None) -> bool:
         return not is_clean(key, modified, stamp, mark)
 
+    def covered_at(key: RecordKey, modified: datetime, stamp: datetime | None
+                   ) -> datetime | None:
+        """When the directory was last brought in line with this record as it is now
+        (its own stamp, or the mark's time when the mark covers it)."""
+        found = stamp if stamp is not None and modified <= stamp else None
+        if through is not None and mark is not None and mark.covers(key, modified):
+            found = through if found is None else max(found, through)
+        return found
+
+    def crossed(times: Iterable[datetime | None], since: datetime | None) -> bool:
+        """An expiry passed after ``since`` (and by now): the projection changed with
+        no write, so the record is dirty although its stamps cover it."""
+        return since is not None and any(t is not None and since < t <= now for t in times)
+
     # independent reads, in flight together (the store's work overlaps with decoding)
-    usi_rows, user_rows, group_rows, edges, storage_rows = await asyncio.gather(
-        columns(UserSiteInfo, {"site": name}, "user", "status", "access"),
+    usi_rows, user_rows, group_rows, edges, storage_rows, key_rows = await asyncio.gather(
+        columns(UserSiteInfo, {"site": name}, "user", "status", "access", "expires_at"),
         columns(User, {}, *USER_LIGHT, synced, *heavy),
         columns(Group, {}, "name", "gid", "type", "shorthand", "ldap.ignore",
                 "ldap.modified_at", synced),
         columns(GroupMembership, {"site": name}, "user", "group", "roles"),
         columns(Storage, {"site": name}, "name", "category", "group", "volume", "subpath",
                 "automount_map", "mount_name", "mount_overrides", "ldap.ignore",
-                "ldap.modified_at", synced))
-    usis = {r["user"]: _SiteInfoRow(r["user"], name, r.get("status"), r.get("access") or [])
-            for r in usi_rows}
+                "ldap.modified_at", synced),
+        columns(SshKey, {}, "user", "expires_at"))  # keys' expiries (few keys have one)
+    usis = {r["user"]: _SiteInfoRow.of(r, name) for r in usi_rows}
     users = {r["name"]: _light(r, synced) for r in user_rows}
+    key_expiries: dict[str, list[datetime]] = {}
+    for raw in key_rows:
+        if (when := access_policy.as_utc(raw.get("expires_at"))) is not None:
+            key_expiries.setdefault(raw["user"], []).append(when)
+    admins = sorted(n for n, u in users.items() if u.type == "admin")
+    admin_usis = [_SiteInfoRow.of(r) for r in await rows(
+        UserSiteInfo, {"user": {"$in": admins}}, "user", "site", "status", "access",
+        "expires_at")] if admins else []
+
+    def expiries_of(user_name: str, usi: _SiteInfoRow | None) -> list[datetime | None]:
+        user = users[user_name]
+        return [user.expires_at, usi.expires_at if usi else None,
+                *key_expiries.get(user_name, ())]
     groups = {r["name"]: (_light(r, synced), int(r["gid"]), r.get("shorthand"))
               for r in group_rows}
 
@@ -399,6 +463,7 @@ async def desired_state(site_name: str, config: LDAPConfig, *, mark: SiteMark | 
             notes.append(f"site record of unknown user {user_name} skipped")
     wanted_users: list[str] = []
     ignored_users, dirty_users, former = set(), set(), set()
+    ahead: list[datetime | None] = []  # expiries the projection depends on (stale_at)
     for user_name in sorted(on_site):
         user = users[user_name]
         if user.ignore:
@@ -406,8 +471,27 @@ async def desired_state(site_name: str, config: LDAPConfig, *, mark: SiteMark | 
             continue
         wanted_users.append(user_name)
         records[("user", user_name)] = Record("users", user_name, user.modified_at)
-        if dirty(("user", user_name), user.modified_at, user.stamp):
+        times = expiries_of(user_name, usis[user_name])
+        ahead.extend(times)
+        if dirty(("user", user_name), user.modified_at, user.stamp) or crossed(
+                times, covered_at(("user", user_name), user.modified_at, user.stamp)):
             dirty_users.add(user_name)
+    # system users carry the root admins' keys: an admin's change or passing expiry
+    # (their own, a site record's, a key's) moves every system user's entry
+    root_admins = _root_admins(users, admin_usis)
+    if root_admins and any(users[n].type == "system" for n in wanted_users):
+        admin_times = [t for a in root_admins
+                       for t in (*expiries_of(a, None),
+                                 *(u.expires_at for u in admin_usis if u.user == a))]
+        ahead.extend(admin_times)
+        admin_moved = any(dirty(("user", a), users[a].modified_at, users[a].stamp)
+                          for a in root_admins)
+        for user_name in wanted_users:
+            user = users[user_name]
+            if user.type == "system" and (admin_moved or crossed(
+                    admin_times, covered_at(("user", user_name), user.modified_at,
+                                            user.stamp))):
+                dirty_users.add(user_name)
     for user_name, user in users.items():
         if user_name not in on_site and not user.ignore and user.stamp is not None \
                 and dirty(("user", user_name), user.modified_at, user.stamp):
@@ -429,12 +513,12 @@ async def desired_state(site_name: str, config: LDAPConfig, *, mark: SiteMark | 
     if incremental:
         details = {r["name"]: _UserRow.of(r) for r in await rows(
             User, {"name": {"$in": built}}, *USER_HEAVY)} if built else {}
-        keys = await _keys_of(built)
+        keys = await _keys_of(built, now)
     else:
         details = {r["name"]: _UserRow.of(r) for r in user_rows if r["name"] in on_site}
-        keys = await _keys_of(None)
+        keys = await _keys_of(None, now)
     systems = sorted(n for n in built if users[n].type == "system")
-    root_keys = await _root_keys(name, users, systems, prefix)
+    root_keys = await _root_keys(name, users, systems, admin_usis, prefix, now)
     user_entries: dict[str, EntryState] = {}
     for user_name in built:
         row = details.get(user_name)
@@ -464,7 +548,11 @@ async def desired_state(site_name: str, config: LDAPConfig, *, mark: SiteMark | 
     wanted |= special
     for user_name in on_site:
         user, usi = users[user_name], usis[user_name]
-        for access in effective_access(user, usi):
+        # access groups grant access: only what the status there allows (access_policy);
+        # the stored lists are untouched, so a reactivated person gets theirs back
+        for access in access_policy.granted(effective_status(user, usi),
+                                            effective_access(user, usi),
+                                            (user.expires_at, usi.expires_at), now):
             group_name = by_shorthand.get(("access", access))
             if group_name:
                 members.setdefault(group_name, set()).add(user_name)
@@ -531,7 +619,6 @@ async def desired_state(site_name: str, config: LDAPConfig, *, mark: SiteMark | 
         infos[master_key] = info
         dirty_mounts.add(master_key)  # master keys are few and always compared
 
-    through = None if mark is None else datetime.fromtimestamp(mark.through_ms / 1000, UTC)
     for raw in sorted(storage_rows, key=lambda r: (r["category"], r["name"])):
         if not raw.get("automount_map"):
             continue
@@ -587,4 +674,5 @@ async def desired_state(site_name: str, config: LDAPConfig, *, mark: SiteMark | 
         ignored_automounts=frozenset(ignored_mounts), store_users=frozenset(users),
         records=records, notes=tuple(notes),
         member_groups={u: frozenset(g) for u, g in member_groups.items()},
-        known=dict(mark.rosters) if incremental and mark is not None else None)
+        known=dict(mark.rosters) if incremental and mark is not None else None,
+        stale_at=access_policy.soonest(ahead, now))

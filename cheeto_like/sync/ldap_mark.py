@@ -18,6 +18,10 @@ moved and otherwise read only the changed records:
   the run left them. An incremental run diffs them against the store to find what left
   (a user taken off the site or deleted, a group no longer used there, a removed
   storage) without listing the directory.
+- ``stale_ms``: the soonest expiry (epoch ms, the worker's clock) ahead of the run among
+  what it projected (users, site records, keys): an expiry passing takes access away
+  with no write, so past it an unchanged fingerprint does not skip the run (``fresh``),
+  and the records it concerns read as dirty (``sync.ldap_desired``).
 - ``fingerprint``: per collection, the count and the latest ``ldap.modified_at`` and
   ``updated_at`` (answered by one ``$group`` each, in SQL on the embedded store), plus
   the site's data generations. When all of them equal the mark's, nothing was inserted,
@@ -79,6 +83,11 @@ class SiteMark:
     pending: frozenset[str] = frozenset()
     rosters: Mapping[str, frozenset[str]] = field(default_factory=dict)
     fingerprint: Mapping[str, Any] = field(default_factory=dict)
+    stale_ms: int | None = None
+
+    def fresh(self, now: datetime) -> bool:
+        """No expiry the run depended on has passed since (see ``stale_ms``)."""
+        return self.stale_ms is None or ms(now) < self.stale_ms
 
     def roster(self, kind: str) -> frozenset[str]:
         return self.rosters.get(kind, frozenset())
@@ -118,7 +127,8 @@ async def read_mark(site: str) -> SiteMark | None:
                     window={str(k): int(v) for k, v in (doc.get("window") or {}).items()},
                     pending=frozenset(doc.get("pending") or ()),
                     rosters={k: frozenset(doc.get(f"roster_{k}") or ()) for k in ROSTER_KINDS},
-                    fingerprint=dict(doc.get("fingerprint") or {}))
+                    fingerprint=dict(doc.get("fingerprint") or {}),
+                    stale_ms=doc["stale_ms"] if isinstance(doc.get("stale_ms"), int) else None)
 
 
 async def store_clock_ms(site: str) -> int:
@@ -135,7 +145,8 @@ async def write_mark(mark: SiteMark, previous: SiteMark | None) -> None:
     """One update of the site's document; the rosters are rewritten only when they moved."""
     fields: dict[str, Any] = {"through_ms": mark.through_ms, "window": dict(mark.window),
                               "pending": sorted(mark.pending),
-                              "fingerprint": dict(mark.fingerprint)}
+                              "fingerprint": dict(mark.fingerprint),
+                              "stale_ms": mark.stale_ms}
     for kind in ROSTER_KINDS:
         if previous is None or previous.roster(kind) != mark.roster(kind):
             fields[f"roster_{kind}"] = sorted(mark.roster(kind))
