@@ -132,6 +132,7 @@ async def test_two_connections_add_up_like_two_api_processes(limiter, empty_db, 
         assert await limiter.retry_after(empty_db.database, "erin", "10.0.6.1") > 0
         assert await second.retry_after(other.database, "erin", "10.0.6.1") > 0
     finally:
+        await empty_db.bind(create_indexes=False)  # connect bound the models to `other`
         await other.close()
 
 

@@ -206,6 +206,7 @@ async def test_two_api_servers_on_one_store_add_up_failures(world, tmp_path, mon
             assert (await login(a, "olga", PASSWORDS["olga"])).status_code == 429
             assert (await login(b, "olga", PASSWORDS["olga"])).status_code == 429
     finally:
+        await world.bind(create_indexes=False)  # connect bound the models to `other`
         await other.close()
 
 
