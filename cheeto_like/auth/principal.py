@@ -4,6 +4,10 @@ Roles are looked up on every request rather than written into the token, so a re
 grant takes effect at once instead of when the token expires. So is the person's
 status: someone who is no longer ``active`` (inactive, disabled, offboarding) or whose
 record is gone holds no role at all, whatever token they still carry.
+
+A token names the person by their user id (``sub``), not by login, so a rename keeps
+their sessions and a new user given the old name inherits none of them; ``name`` is
+the login the id has *now* (History authors, rules and pages use it).
 """
 
 from __future__ import annotations
@@ -11,8 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..errors import NotFound
 from ..models import GroupMembership, RoleGrant, User
 from ..models.base import select
+from .tokens import BadToken, Subject
 
 Kind = Literal["user", "key", "static"]
 
@@ -48,11 +54,35 @@ class Principal:
         return "none"
 
 
-async def load_person(name: str, *, token_id: str | None = None,
+def subject(user: User) -> Subject:
+    """What a token for ``user`` names: their id and current token version."""
+    return Subject(id=user.id, version=user.token_version)
+
+
+async def subject_of(name: str) -> Subject:
+    """The token subject of the user called ``name`` now (for the issuers, which know the
+    login that was just checked). Gone since: ``NotFound``."""
+    found = await select(User, None, name=name)
+    if not found:
+        raise NotFound(f"user {name!r} does not exist")
+    return subject(found[0])
+
+
+async def load_person(user_id: str, version: int, *, token_id: str | None = None,
                       token_exp: int | None = None) -> Principal:
-    """The person's roles, managed accounts (grants and sponsorships) and memberships:
-    three queries, whatever they hold. Not an active user: no roles."""
-    if not may_sign_in(await select(User, None, name=name)):
+    """The person a token names, with their roles, managed accounts (grants and
+    sponsorships) and memberships: three queries, whatever they hold (the user's record
+    is read once, by id, and also answers the version check). Not an active user: no
+    roles. No user with this id, or a token version that is no longer theirs (password
+    changed, tokens revoked): ``BadToken``."""
+    found = await select(User, None, _id=user_id)
+    if not found:
+        raise BadToken("the token names no current user")
+    user = found[0]
+    if user.token_version != version:
+        raise BadToken("the token has been revoked")
+    name = user.name
+    if not may_sign_in(user):
         return Principal(name=name, kind="user", token_id=token_id, token_exp=token_exp)
     grants = await select(RoleGrant, None, user=name)
     edges = await select(GroupMembership, None, user=name)

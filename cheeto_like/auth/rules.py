@@ -9,7 +9,7 @@ account asked about) first. Roles (slurm-quota's, with manager scoped as in its 
 - **manager**: also the accounts they are assigned (or sponsor) and those accounts'
   members.
 - **operator**: reads everything; sets quotas, defaults, GPU factors, adjustments.
-- **admin**: operator, plus roles and API keys.
+- **admin**: operator, plus roles, API keys, and ending a person's tokens and sessions.
 
 Requests (``ng request``, ``/api/v1/requests``): a person sees and comments on the
 requests they filed or that are for them, and those of the groups they manage (sponsor
@@ -45,6 +45,7 @@ ROLE_READ = "role:read"
 ROLE_WRITE = "role:write"
 KEY_READ = "apikey:read"
 KEY_WRITE = "apikey:write"
+TOKENS_REVOKE = "tokens:revoke"    # end every token and session of a person
 PUPPET_READ = "puppet:read"
 REQUEST_LIST = "request:list"        # the queue (each row then checked as REQUEST_READ)
 REQUEST_READ = "request:read"        # target.people (requester, user) + target.account
@@ -55,14 +56,15 @@ REQUEST_DECIDE = "request:decide"    # approve or deny: target.account (the grou
 ACTIONS: tuple[str, ...] = (
     ME, SITE_READ, USER_READ, USER_LIST, GROUP_READ, GROUP_LIST, USAGE_READ, QUOTA_READ,
     SETTINGS_READ, QUOTA_WRITE, SYNC_READ, ROLE_READ, ROLE_WRITE, KEY_READ, KEY_WRITE,
-    PUPPET_READ, REQUEST_LIST, REQUEST_READ, REQUEST_COMMENT, REQUEST_FILE, REQUEST_DECIDE,
+    TOKENS_REVOKE, PUPPET_READ, REQUEST_LIST, REQUEST_READ, REQUEST_COMMENT, REQUEST_FILE,
+    REQUEST_DECIDE,
 )
 
 _READS = frozenset({SITE_READ, USER_READ, USER_LIST, GROUP_READ, GROUP_LIST, USAGE_READ,
                     QUOTA_READ, SETTINGS_READ, SYNC_READ, REQUEST_LIST, REQUEST_READ})
 _OPERATOR = _READS | {QUOTA_WRITE, PUPPET_READ, REQUEST_COMMENT, REQUEST_FILE,
                       REQUEST_DECIDE}
-_ADMIN = _OPERATOR | {ROLE_READ, ROLE_WRITE, KEY_READ, KEY_WRITE}
+_ADMIN = _OPERATOR | {ROLE_READ, ROLE_WRITE, KEY_READ, KEY_WRITE, TOKENS_REVOKE}
 _SCOPES: dict[str, frozenset[str]] = {
     "puppet:read": frozenset({PUPPET_READ}),
     "api:read": _READS,

@@ -1,5 +1,7 @@
 """``cheeto token issue``: a signed API token, made offline with the API's key file (for
 sites without directory sign-in, and for services that act as a person).
+``cheeto token revoke --user U``: end every token and dashboard session of U (their
+token version moves; ``operations.auth.RevokeUserTokens``).
 
 The token goes to stdout and nowhere else (not the log, not History), so
 ``TOKEN=$(cheeto token issue -u alice)`` captures exactly it. Whoever can read the key
@@ -16,13 +18,13 @@ from . import args as a
 from .app import command, group_help
 from .output import esc
 
-group_help("token", help="signed API tokens, issued offline")
+group_help("token", help="signed API tokens: issue offline, revoke a person's")
 
 
 @command("token", "issue", help="issue a signed token for a user (printed on stdout)",
          store=True)
 async def token_issue(args: argparse.Namespace) -> int:
-    from ..auth.principal import may_sign_in
+    from ..auth.principal import may_sign_in, subject
     from ..auth.tokens import TokenIssuer
     from ..errors import InvalidInput
     from ..queries.user import get_user
@@ -33,7 +35,7 @@ async def token_issue(args: argparse.Namespace) -> int:
         raise InvalidInput(f"{user.name} is {user.status}, not active: no token")
     issuer = TokenIssuer.from_config(ctx.config.api)
     ttl = parse_duration(args.ttl).total_seconds() if args.ttl is not None else None
-    token, claims = issuer.issue(user.name, ttl)
+    token, claims = issuer.issue(subject(user), ttl)
     ctx.out.write_raw(token + "\n")
     until = datetime.fromtimestamp(claims.exp, UTC).strftime("%Y-%m-%d %H:%M UTC")
     ctx.out.info(f"token for {esc(user.name)}, valid until {esc(until)}")
@@ -45,3 +47,20 @@ def _(parser: a.Parser) -> None:
     a.user(parser, help="who the token signs in")
     parser.add_argument("--ttl", metavar="DURATION",
                         help="lifetime, e.g. 8h or 7d (default api.token_ttl_hours, 8h)")
+
+
+@command("token", "revoke", help="end every token and dashboard session of a user",
+         store=True)
+async def token_revoke(args: argparse.Namespace) -> int:
+    from ..operations.auth import RevokeUserTokens
+
+    ctx = args.ctx
+    await RevokeUserTokens.run(ctx.store, ctx.author, user=args.user)
+    ctx.out.success(f"every token and dashboard session of [bold]{esc(args.user)}[/] "
+                    "issued until now is refused from now on")
+    return 0
+
+
+@token_revoke.args()
+def _(parser: a.Parser) -> None:
+    a.user(parser, help="whose tokens and sessions end")

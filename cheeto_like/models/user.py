@@ -54,6 +54,10 @@ class User(BaseDoc, LDAPSyncable, Expirable):
     # that check still load.
     home_directory: NonBlankStr
     iam: UCDIAMInfo | None = None
+    # Signed tokens carry the version they were issued under (``auth/tokens.py``); moving
+    # it (a password change, ``cheeto token revoke``) ends them all. Auth bookkeeping:
+    # not projected to LDAP, not exported, not shown.
+    token_version: int = Field(default=0, ge=0)
 
     @field_validator("access")
     @classmethod

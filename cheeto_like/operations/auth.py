@@ -4,7 +4,9 @@ History never holds a key's secret or fingerprint, only its name, prefix and sco
 The new secret of a create or rotate is returned to the caller once (``NewSecret``) and
 exists nowhere else afterwards. Logout (``RevokeToken``) writes no History row: the
 revocation row itself is the record, and sign-outs would otherwise grow History without
-bound; expired revocations are deleted in the same transaction.
+bound; expired revocations are deleted in the same transaction. Ending *all* of a
+person's tokens and dashboard sessions (``RevokeUserTokens``) moves their token version
+instead (``auth/tokens.py``) and does write a History row.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 
 from ..auth.apikeys import new_key
 from ..errors import AlreadyExists, Conflict, NotFound
-from ..models import ApiKey, RevokedToken, RoleGrant
+from ..models import ApiKey, RevokedToken, RoleGrant, User
 from ..models.auth import GrantedRole, Scope
 from ..models.base import select_one
 from ..models.fields import NonEmptyStr, PosixName
@@ -249,3 +251,33 @@ class RevokeToken(Operation):
     def describe(self) -> dict[str, Any]:
         return {"user": self.args.user}
 
+
+
+class RevokeUserTokens(Operation):
+    """End every token and dashboard session of ``user`` issued so far (a leaked laptop,
+    a departing admin): their token version moves, so tokens carrying the old one are
+    refused on their next request. Tokens issued afterwards work.
+
+    The version is moved with ``$inc`` on the user's ``_id``, not by saving the model:
+    it is auth bookkeeping, so ``updated_at`` and the LDAP fingerprint stay put (an
+    incremental LDAP run has nothing to look at), and two racing revokes both count.
+    No site's data changes, so no generation moves either.
+    """
+
+    op_name = "revoke_user_tokens"
+
+    class Args(OpArgs):
+        user: PosixName
+
+    async def execute(self, session: AsyncClientSession) -> int:
+        user = await get_user(self.args.user, session)
+        await User.get_pymongo_collection().update_one(
+            {"_id": user.id}, {"$inc": {"token_version": 1}}, session=session)
+        self.version = user.token_version + 1
+        return self.version
+
+    def touched_sites(self) -> frozenset[str] | None:
+        return frozenset()
+
+    def describe(self) -> dict[str, Any]:
+        return {"user": self.args.user, "token_version": self.version}

@@ -287,7 +287,10 @@ class SetUserEmail(_UserFieldOp):
 
 
 class SetUserPassword(Operation):
-    """Store a fresh yescrypt hash (random salt, so the hash differs every time)."""
+    """Store a fresh yescrypt hash (random salt, so the hash differs every time).
+
+    A change or reset also moves the user's token version: every API token and dashboard
+    session issued before ends, so whoever knew the old password keeps no way in."""
 
     op_name = "set_user_password"
 
@@ -298,6 +301,7 @@ class SetUserPassword(Operation):
     async def execute(self, session: AsyncClientSession) -> User:
         user = await get_user(self.args.name, session)
         user.password = hash_password(self.args.password)
+        user.token_version += 1
         await user.save(session=session)
         return user
 

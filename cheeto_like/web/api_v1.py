@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..auth import rules
 from ..auth.login import LoginFailed, authenticate, valid_name
-from ..auth.principal import Principal
+from ..auth.principal import Principal, subject_of
 from ..errors import InvalidInput
 from ..models import GroupMembership, SyncRun, User
 from ..models.auth import GrantedRole, Scope
@@ -196,7 +196,7 @@ def build_router(prefix: str) -> APIRouter:
             log.info("sign-in refused for %s from %s", shown, address)
             raise HTTPException(401, "invalid user name or password") from None
         await auth.limiter.succeeded(database, body.username, address)
-        token, claims = auth.issuer.issue(name)
+        token, claims = auth.issuer.issue(await subject_of(name))
         log.info("signed in: %s from %s (jti %s)", name, address, claims.jti)
         return TokenOut(access_token=token, expires_at=claims.exp, user=name)
 
@@ -521,6 +521,17 @@ def build_router(prefix: str) -> APIRouter:
         authorize(who, rules.ROLE_WRITE)
         await RevokeRole.run(store_of(request), who.author, user=user, role=role,
                              accounts=account or [])
+        return Response(status_code=204)
+
+    @router.post("/users/{name}/tokens/revoke", status_code=204,
+                 summary="end every token and dashboard session of a user",
+                 responses=WRITE_ERRORS, tags=["admin"])
+    async def user_tokens_revoke(request: Request, who: CurrentPrincipal,
+                                 name: Name) -> Response:
+        from ..operations.auth import RevokeUserTokens
+
+        authorize(who, rules.TOKENS_REVOKE)
+        await RevokeUserTokens.run(store_of(request), who.author, user=name)
         return Response(status_code=204)
 
     @router.get("/api-keys", summary="API keys (never their secrets)",

@@ -36,8 +36,9 @@ def test_a_user_reads_their_own_data_only():
     assert can(ALICE, rules.ME) and can(ALICE, rules.SITE_READ)
     assert can(ALICE, rules.SETTINGS_READ)
     for action in (rules.USER_LIST, rules.QUOTA_WRITE, rules.SYNC_READ, rules.ROLE_READ,
-                   rules.KEY_WRITE, rules.PUPPET_READ, rules.GROUP_LIST):
+                   rules.KEY_WRITE, rules.PUPPET_READ, rules.GROUP_LIST, rules.TOKENS_REVOKE):
         assert not can(ALICE, action), action
+    assert not can(ALICE, rules.TOKENS_REVOKE, ALICE_T)  # an admin's act, even on oneself
     assert not can(ALICE, rules.USAGE_READ)  # site-wide
 
 
@@ -54,7 +55,8 @@ def test_operator_reads_everything_and_writes_quotas_but_not_roles():
     for action in (rules.USER_LIST, rules.USER_READ, rules.USAGE_READ, rules.QUOTA_WRITE,
                    rules.SYNC_READ, rules.PUPPET_READ, rules.GROUP_LIST):
         assert can(OLGA, action, BOB_T), action
-    for action in (rules.ROLE_READ, rules.ROLE_WRITE, rules.KEY_READ, rules.KEY_WRITE):
+    for action in (rules.ROLE_READ, rules.ROLE_WRITE, rules.KEY_READ, rules.KEY_WRITE,
+                   rules.TOKENS_REVOKE):
         assert not can(OLGA, action)
     assert rules.visible_accounts(OLGA) is None
 
@@ -73,7 +75,8 @@ def test_keys_act_by_scope():
     assert not can(reader, rules.QUOTA_WRITE) and not can(reader, rules.PUPPET_READ)
     assert can(writer, rules.QUOTA_WRITE) and not can(writer, rules.USER_READ, BOB_T)
     for key in (puppet, reader, writer):
-        assert not any(can(key, a) for a in (rules.ROLE_WRITE, rules.KEY_WRITE, rules.ME))
+        assert not any(can(key, a) for a in (rules.ROLE_WRITE, rules.KEY_WRITE, rules.ME,
+                                             rules.TOKENS_REVOKE))
 
 
 def test_unknown_actions_are_a_bug():

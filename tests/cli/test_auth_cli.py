@@ -1,4 +1,5 @@
-"""The auth commands: ``ng role``, ``ng apikey``, ``token issue`` against the store, and
+"""The auth commands: ``ng role``, ``ng apikey``, ``token issue``/``revoke`` against the
+store, and
 the API client (``login``, ``me``, ``usage``, ``quota``, ``logout``) against a live
 ``cheeto daemon api``."""
 
@@ -13,7 +14,7 @@ import pytest
 from cheeto_like.auth.apikeys import fingerprint
 from cheeto_like.auth.tokens import TokenIssuer
 from cheeto_like.config import ApiConfig, MongoConfig
-from cheeto_like.models import ApiKey
+from cheeto_like.models import ApiKey, History, User
 from cheeto_like.store import Store
 from tests.conftest import module_database
 from tests.daemon.test_api_live import Server, write_config
@@ -124,8 +125,18 @@ async def test_token_issue(cli, setup, world):  # type: ignore[no-untyped-def]
     assert r.code == 0, r.stderr
     token = r.stdout.strip()
     claims = TokenIssuer.from_config(ApiConfig(jwt_key_file=key_file)).verify(token)
-    assert claims.sub == "alice" and claims.exp - claims.iat == 7200
+    alice = await User.find_one({"name": "alice"})
+    assert alice is not None
+    assert (claims.sub, claims.ver) == (alice.id, alice.token_version)  # an id, not a login
+    assert claims.exp - claims.iat == 7200
     assert token not in r.stderr
+    # the live API takes it, as alice
+    import httpx
+
+    async with httpx.AsyncClient() as http:
+        r = await http.get(f"{setup[1].url}/api/v1/me",
+                           headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 200 and r.json()["name"] == "alice"
     r = await cli("token", "issue", "-u", "ghost", config=config)
     assert r.code == 2 and r.stdout == ""
     from cheeto_like.operations.user import SetUserStatus
@@ -133,6 +144,34 @@ async def test_token_issue(cli, setup, world):  # type: ignore[no-untyped-def]
     await SetUserStatus.run(world, "tester", name="dave", status="disabled", reason="left")
     r = await cli("token", "issue", "-u", "dave", config=config)
     assert r.code == 2 and "not active" in r.stderr and r.stdout == ""
+
+
+async def test_token_revoke_ends_a_persons_tokens(cli, setup):  # type: ignore[no-untyped-def]
+    """``cheeto token revoke -u bob``: bob's tokens are refused by the live API at once
+    (a History row says who did it); one issued afterwards works."""
+    import httpx
+
+    config, srv, _ = setup
+    issued = (await cli("token", "issue", "-u", "bob", config=config)).stdout.strip()
+    url, headers = f"{srv.url}/api/v1/me", {"Authorization": f"Bearer {issued}"}
+    async with httpx.AsyncClient() as http:
+        assert (await http.get(url, headers=headers)).status_code == 200
+        r = await cli("token", "revoke", "-u", "bob", config=config)
+        assert r.code == 0, r.stderr
+        assert "bob" in r.stderr and r.stdout == ""
+        gone = await http.get(url, headers=headers)
+        assert gone.status_code == 401 and gone.json()["detail"] == "the token has been revoked"
+        fresh = (await cli("token", "issue", "-u", "bob", config=config)).stdout.strip()
+        r = await http.get(url, headers={"Authorization": f"Bearer {fresh}"})
+        assert r.status_code == 200 and r.json()["name"] == "bob"
+    row = await History.find({"op": "revoke_user_tokens"}).sort(-History.timestamp).first_or_none()
+    assert row is not None and row.changes["user"] == "bob"
+    before = await History.find({}).count()
+    r = await cli("token", "revoke", "-u", "ghost", config=config)
+    assert r.code == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and "ghost" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert await History.find({}).count() == before
 
 
 async def test_client_login_me_usage_quota_logout(cli, setup, api_env):  # type: ignore[no-untyped-def]

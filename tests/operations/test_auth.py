@@ -1,5 +1,6 @@
 """Role and API key operations: History rows without secrets, refusals that write
-nothing, manager accounts merged and removed one by one, rotation's overlap."""
+nothing, manager accounts merged and removed one by one, rotation's overlap; a person's
+token version (what ends their tokens) moved by a revoke and a password change."""
 
 from __future__ import annotations
 
@@ -9,15 +10,16 @@ import pytest
 
 from cheeto_like.auth.apikeys import find_key
 from cheeto_like.errors import AlreadyExists, Conflict, InvalidInput, NotFound
-from cheeto_like.models import ApiKey, History, RoleGrant
+from cheeto_like.models import ApiKey, History, RoleGrant, User
 from cheeto_like.operations.auth import (
     CreateApiKey,
     GrantRole,
     RevokeApiKey,
     RevokeRole,
+    RevokeUserTokens,
     RotateApiKey,
 )
-from cheeto_like.operations.user import RenameUser
+from cheeto_like.operations.user import RenameUser, SetUserPassword
 from cheeto_like.queries.auth import audit_api_keys, list_roles
 from tests.factories import AUTHOR, make_group, make_user
 
@@ -131,3 +133,39 @@ async def test_every_sponsor_is_listed_as_an_implicit_manager(db):  # type: igno
     rows = await list_roles()
     assert [r for r in rows if r["via"] == "sponsor"] == [
         {"user": "pat", "role": "manager", "accounts": ["patgrp"], "via": "sponsor"}]
+
+
+async def test_revoking_a_persons_tokens_moves_their_version(people):  # type: ignore[no-untyped-def]
+    before = await User.find_one({"name": "mona"})
+    assert before is not None and before.token_version == 0
+    assert await RevokeUserTokens.run(people, AUTHOR, user="mona") == 1
+    assert await RevokeUserTokens.run(people, AUTHOR, user="mona") == 2
+    after = await User.find_one({"name": "mona"})
+    assert after is not None and after.token_version == 2
+    # bookkeeping only: the record's change time and LDAP projection stay
+    assert after.updated_at == before.updated_at
+    assert after.ldap.modified_at == before.ldap.modified_at
+    rows = await History.find({"op": "revoke_user_tokens"}).to_list()
+    assert [r.changes for r in rows] == [{"user": "mona", "token_version": 1},
+                                         {"user": "mona", "token_version": 2}]
+    # a rename keeps the version (and the id the tokens name)
+    await RenameUser.run(people, AUTHOR, name="mona", new_name="monab")
+    renamed = await User.find_one({"name": "monab"})
+    assert renamed is not None and (renamed.id, renamed.token_version) == (after.id, 2)
+
+
+async def test_revoking_an_unknown_persons_tokens_writes_nothing(people):  # type: ignore[no-untyped-def]
+    with pytest.raises(NotFound, match="ghost"):
+        await RevokeUserTokens.run(people, AUTHOR, user="ghost")
+    with pytest.raises(InvalidInput):
+        await RevokeUserTokens.run(people, AUTHOR, user="Not A Name")
+    assert await History.find({"op": "revoke_user_tokens"}).count() == 0
+
+
+async def test_a_password_change_moves_the_version(people):  # type: ignore[no-untyped-def]
+    await SetUserPassword.run(people, AUTHOR, name="mona", password="first-pw")
+    await SetUserPassword.run(people, AUTHOR, name="mona", password="second-pw")
+    user = await User.find_one({"name": "mona"})
+    assert user is not None and user.token_version == 2
+    rows = await History.find({"op": "set_user_password"}).to_list()
+    assert rows and all("pw" not in str(r.changes) for r in rows)

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cheeto_like.auth.principal import subject_of
 from cheeto_like.config import ApiConfig, Config, MongoConfig
 from cheeto_like.daemon.api import create_api
 from cheeto_like.operations.group_membership import AddGroupMember, AddGroupSponsor
@@ -94,6 +95,8 @@ async def http(app) -> AsyncIterator[httpx.AsyncClient]:  # type: ignore[no-unty
         yield client
 
 
-def bearer(app, user: str, **kwargs: object) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    token, _ = app.state.auth.issuer.issue(user, **kwargs)
+async def bearer(app, user: str, **kwargs: object) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """Headers signing ``user`` in with a fresh token (naming their id and current token
+    version, as a sign-in would)."""
+    token, _ = app.state.auth.issuer.issue(await subject_of(user), **kwargs)
     return {"Authorization": f"Bearer {token}"}

@@ -24,7 +24,7 @@ DAY = 86400
 
 
 async def test_a_join_request_from_filing_to_done(http, app, world):  # type: ignore[no-untyped-def]
-    alice = bearer(app, "alice")
+    alice = await bearer(app, "alice")
     r = await http.post("/api/v1/requests", headers=alice,
                         json={"kind": "join", "site": "farm", "group": "proj",
                               "reason": "a shared project"})
@@ -41,8 +41,8 @@ async def test_a_join_request_from_filing_to_done(http, app, world):  # type: ig
     assert (await http.post(f"/api/v1/requests/{number}/approve", headers=alice)
             ).status_code == 403
     assert (await http.post(f"/api/v1/requests/{number}/approve",
-                            headers=bearer(app, "mona"))).status_code == 403
-    r = await http.post(f"/api/v1/requests/{number}/approve", headers=bearer(app, "olga"))
+                            headers=await bearer(app, "mona"))).status_code == 403
+    r = await http.post(f"/api/v1/requests/{number}/approve", headers=await bearer(app, "olga"))
     assert r.status_code == 403 and r.headers["content-type"] == PROBLEM
     assert "waits for a sponsor of proj at farm" in r.json()["detail"]
     assert await History.find({"op": "approve_request"}).count() == 0  # nothing written
@@ -50,9 +50,9 @@ async def test_a_join_request_from_filing_to_done(http, app, world):  # type: ig
     # who may see it: alice (hers), sam (proj's sponsor), not bob
     assert (await http.get(f"/api/v1/requests/{number}", headers=alice)).status_code == 200
     assert (await http.get(f"/api/v1/requests/{number}",
-                           headers=bearer(app, "bob"))).status_code == 403
+                           headers=await bearer(app, "bob"))).status_code == 403
 
-    r = await http.post(f"/api/v1/requests/{number}/approve", headers=bearer(app, "sam"),
+    r = await http.post(f"/api/v1/requests/{number}/approve", headers=await bearer(app, "sam"),
                         json={"note": "welcome"})
     assert r.status_code == 200, r.text
     done = r.json()
@@ -64,53 +64,53 @@ async def test_a_join_request_from_filing_to_done(http, app, world):  # type: ig
     assert edge is not None and "member" in edge.roles
     [row] = await History.find({"op": "approve_request"}).to_list()
     assert row.author == "sam"
-    r = await http.post(f"/api/v1/requests/{number}/approve", headers=bearer(app, "sam"))
+    r = await http.post(f"/api/v1/requests/{number}/approve", headers=await bearer(app, "sam"))
     assert r.status_code == 409 and "already done" in r.json()["detail"]
 
 
 async def test_a_quota_request_needs_an_operator_who_did_not_file_it(http, app, world):  # type: ignore[no-untyped-def]
-    r = await http.post("/api/v1/requests", headers=bearer(app, "bob"),
+    r = await http.post("/api/v1/requests", headers=await bearer(app, "bob"),
                         json={"kind": "quota", "site": "farm", "group": "proj",
                               "cpu_minutes": 1200})
     number = int(r.json()["id"])
     assert r.json()["user"] == "bob" and r.json()["next_step"] == "sponsor"
-    r = await http.post(f"/api/v1/requests/{number}/approve", headers=bearer(app, "sam"))
+    r = await http.post(f"/api/v1/requests/{number}/approve", headers=await bearer(app, "sam"))
     assert r.json()["next_step"] == "operator" and r.json()["status"] == "pending"
-    r = await http.post(f"/api/v1/requests/{number}/approve", headers=bearer(app, "olga"))
+    r = await http.post(f"/api/v1/requests/{number}/approve", headers=await bearer(app, "olga"))
     assert r.status_code == 200 and r.json()["status"] == "done"
     quota = await Quota.find_one({"site": "farm", "user": "bob"})
     assert quota is not None and quota.cpu_minutes == 1200
 
     # four eyes: olga files for bob (she may), sam vouches, olga may not finish it
-    r = await http.post("/api/v1/requests", headers=bearer(app, "olga"),
+    r = await http.post("/api/v1/requests", headers=await bearer(app, "olga"),
                         json={"kind": "quota", "site": "farm", "account": "proj",
                               "gpu_minutes": 60})
     assert r.status_code == 201, r.text
     number = int(r.json()["id"])
     assert r.json()["group"] == "proj" and r.json()["user"] is None
-    await http.post(f"/api/v1/requests/{number}/approve", headers=bearer(app, "sam"))
-    r = await http.post(f"/api/v1/requests/{number}/approve", headers=bearer(app, "olga"))
+    await http.post(f"/api/v1/requests/{number}/approve", headers=await bearer(app, "sam"))
+    r = await http.post(f"/api/v1/requests/{number}/approve", headers=await bearer(app, "olga"))
     assert r.status_code == 403 and "another operator must" in r.json()["detail"]
-    r = await http.post(f"/api/v1/requests/{number}/approve", headers=bearer(app, "adam"))
+    r = await http.post(f"/api/v1/requests/{number}/approve", headers=await bearer(app, "adam"))
     assert r.status_code == 200 and r.json()["status"] == "done"
 
 
 async def test_deny_needs_a_reason_and_comments_reach_the_request(http, app, world):  # type: ignore[no-untyped-def]
-    r = await http.post("/api/v1/requests", headers=bearer(app, "bob"),
+    r = await http.post("/api/v1/requests", headers=await bearer(app, "bob"),
                         json={"kind": "access", "site": "farm", "group": "proj",
                               "access": ["sudo"]})
     assert r.status_code == 201, r.text
     number = int(r.json()["id"])
-    sam = bearer(app, "sam")
+    sam = await bearer(app, "sam")
     for body in (None, {}, {"reason": ""}, {"reason": "x", "by": "mallory"}):
         r = await http.post(f"/api/v1/requests/{number}/deny", headers=sam, json=body)
         assert r.status_code == 422, (body, r.text)
         assert r.headers["content-type"] == PROBLEM
-    r = await http.post(f"/api/v1/requests/{number}/comments", headers=bearer(app, "bob"),
+    r = await http.post(f"/api/v1/requests/{number}/comments", headers=await bearer(app, "bob"),
                         json={"text": "for the GPU driver work"})
     assert r.status_code == 201 and r.json()["comments"][0]["by"] == "bob"
     assert (await http.post(f"/api/v1/requests/{number}/comments",
-                            headers=bearer(app, "alice"), json={"text": "me too"})
+                            headers=await bearer(app, "alice"), json={"text": "me too"})
             ).status_code == 403
     r = await http.post(f"/api/v1/requests/{number}/deny", headers=sam,
                         json={"reason": "ask the PI first"})
@@ -137,7 +137,7 @@ async def test_the_queue_who_sees_what_triage_and_filters(http, app, world):  # 
                            created_epoch=now - age * DAY, **extra)
     expected = [r.id for r in await request_queue(config.requests, triage=True,
                                                   include_hippo=False)]
-    olga = bearer(app, "olga")
+    olga = await bearer(app, "olga")
     r = await http.get("/api/v1/requests?triage=true&hippo=false", headers=olga)
     assert r.status_code == 200, r.text
     body = r.json()
@@ -152,13 +152,13 @@ async def test_the_queue_who_sees_what_triage_and_filters(http, app, world):  # 
 
     by_number = {x["id"]: x for x in body["items"]}
     alices = sorted(i for i, x in by_number.items() if x["requester"] == "alice")
-    assert ids(await http.get("/api/v1/requests", headers=bearer(app, "alice"))) == alices
+    assert ids(await http.get("/api/v1/requests", headers=await bearer(app, "alice"))) == alices
     # sam sponsors proj: its storage and carl's account; bob filed the join and storage
     proj = sorted(i for i, x in by_number.items() if x["group"] == "proj")
-    assert ids(await http.get("/api/v1/requests", headers=bearer(app, "sam"))) == proj
+    assert ids(await http.get("/api/v1/requests", headers=await bearer(app, "sam"))) == proj
     bobs = sorted(i for i, x in by_number.items() if x["requester"] == "bob")
-    assert ids(await http.get("/api/v1/requests", headers=bearer(app, "bob"))) == bobs
-    assert ids(await http.get("/api/v1/requests", headers=bearer(app, "carl"))) == sorted(
+    assert ids(await http.get("/api/v1/requests", headers=await bearer(app, "bob"))) == bobs
+    assert ids(await http.get("/api/v1/requests", headers=await bearer(app, "carl"))) == sorted(
         i for i, x in by_number.items() if x["user"] == "carl")
     # a machine with api:read reads the queue
     made = await CreateApiKey.run(world, "adam", name="queue-reader", scopes=["api:read"])
@@ -200,7 +200,7 @@ async def test_the_queue_who_sees_what_triage_and_filters(http, app, world):  # 
 ])
 async def test_bad_input_is_a_4xx_problem(http, app, world, method, path, body, status):  # type: ignore[no-untyped-def]
     before = await Request.find({}).count()
-    r = await http.request(method, path, headers=bearer(app, "alice"), json=body)
+    r = await http.request(method, path, headers=await bearer(app, "alice"), json=body)
     assert r.status_code == status, r.text
     assert r.headers["content-type"] == PROBLEM and r.json()["detail"]
     assert await Request.find({}).count() == before
@@ -217,10 +217,10 @@ async def test_hippo_rows_show_to_the_groups_managers_and_operators(http, app, w
                      first_seen_at=datetime.now(UTC) - timedelta(days=1)).insert()
 
     async def sees(user: str) -> bool:
-        r = await http.get("/api/v1/requests", headers=bearer(app, user))
+        r = await http.get("/api/v1/requests", headers=await bearer(app, user))
         return "h501" in [x["id"] for x in r.json()["items"]]
 
     assert await sees("olga") and await sees("sam") and await sees("mona")  # proj, lab
     assert not await sees("alice") and not await sees("bob")
-    r = await http.get("/api/v1/requests?hippo=false", headers=bearer(app, "olga"))
+    r = await http.get("/api/v1/requests?hippo=false", headers=await bearer(app, "olga"))
     assert "h501" not in [x["id"] for x in r.json()["items"]]

@@ -187,7 +187,7 @@ async def test_bad_credentials_are_401_problems(http):  # type: ignore[no-untype
 
 
 async def test_pagination_and_filters(http, app):  # type: ignore[no-untyped-def]
-    h = bearer(app, "olga")
+    h = await bearer(app, "olga")
     everyone = (await http.get("/api/v1/users", headers=h)).json()
     assert everyone["total"] == 8 and everyone["limit"] == 100 and everyone["offset"] == 0
     names = [u["name"] for u in everyone["items"]]
@@ -198,9 +198,9 @@ async def test_pagination_and_filters(http, app):  # type: ignore[no-untyped-def
     lab = (await http.get("/api/v1/users?group=lab", headers=h)).json()
     assert [u["name"] for u in lab["items"]] == ["alice"]
     # a user sees only their groups in the list
-    mine = (await http.get("/api/v1/groups", headers=bearer(app, "alice"))).json()
+    mine = (await http.get("/api/v1/groups", headers=await bearer(app, "alice"))).json()
     assert [g["name"] for g in mine["items"]] == ["lab"]
-    sam = (await http.get("/api/v1/groups", headers=bearer(app, "sam"))).json()
+    sam = (await http.get("/api/v1/groups", headers=await bearer(app, "sam"))).json()
     assert [g["name"] for g in sam["items"]] == ["proj"]  # a sponsor manages their group
 
 
@@ -212,7 +212,7 @@ async def test_pagination_and_filters(http, app):  # type: ignore[no-untyped-def
     ("/api/v1/usage/farm?start=2026-01-01T00:00:00Z", 422), ("/api/v1/nothing", 404),
     ("/api/v1/usage/farm?start=2026-02-01T00:00:00Z&end=2026-01-01T00:00:00Z", 422)])
 async def test_bad_input_is_a_4xx_problem(http, app, path, status):  # type: ignore[no-untyped-def]
-    r = await http.get(path, headers=bearer(app, "adam"))
+    r = await http.get(path, headers=await bearer(app, "adam"))
     assert r.status_code == status, r.text
     assert r.headers["content-type"] == PROBLEM
     body = r.json()
@@ -220,7 +220,7 @@ async def test_bad_input_is_a_4xx_problem(http, app, path, status):  # type: ign
 
 
 async def test_bad_bodies_are_422_problems(http, app):  # type: ignore[no-untyped-def]
-    h = bearer(app, "olga")
+    h = await bearer(app, "olga")
     for body in ({"cpu_minutes": -5}, {"cpu_minutes": "lots"}, {"period": "weekly"},
                  {"period": "explicit"}, [1, 2]):
         r = await http.put("/api/v1/quotas/farm/users/alice", headers=h, json=body)
@@ -234,7 +234,7 @@ async def test_bad_bodies_are_422_problems(http, app):  # type: ignore[no-untype
 
 
 async def test_quota_round_trip_through_the_api(http, app):  # type: ignore[no-untyped-def]
-    h = bearer(app, "olga")
+    h = await bearer(app, "olga")
     r = await http.put("/api/v1/quotas/farm/users/bob", headers=h,
                        json={"cpu_minutes": 600, "gpu_minutes": None})
     assert r.status_code == 200 and r.json()["cpu_minutes"] == 600
@@ -243,16 +243,17 @@ async def test_quota_round_trip_through_the_api(http, app):  # type: ignore[no-u
     r = await http.post("/api/v1/adjustments/farm", headers=h,
                         json={"user": "bob", "cpu_minutes": 90, "reason": "rerun"})
     assert r.status_code == 201
-    status = (await http.get("/api/v1/quotas/farm?user=bob", headers=bearer(app, "sam"))).json()
+    status = (await http.get("/api/v1/quotas/farm?user=bob",
+                             headers=await bearer(app, "sam"))).json()
     row = status["items"][0]
     assert (row["kind"], row["name"], row["source"]) == ("user", "bob", "own")
     assert row["cpu_minutes"]["used"] == 90 and row["cpu_minutes"]["quota"] == 600
     assert (await http.get("/api/v1/quotas/farm?user=bob",
-                           headers=bearer(app, "alice"))).status_code == 403
+                           headers=await bearer(app, "alice"))).status_code == 403
 
 
 async def test_api_key_lifecycle(http, app, world, api_log):  # type: ignore[no-untyped-def]
-    admin = bearer(app, "adam")
+    admin = await bearer(app, "adam")
     r = await http.post("/api/v1/api-keys", headers=admin,
                         json={"name": "monitor", "scopes": ["api:read"],
                               "expires_in_days": 90})
@@ -313,7 +314,7 @@ async def test_expired_keys_stop_working(http, app, world):  # type: ignore[no-u
     await key.save()
     assert (await http.get("/api/v1/users", headers={"X-API-Key": made.secret})
             ).status_code == 401
-    audit = (await http.get("/api/v1/api-keys/audit", headers=bearer(app, "adam"))).json()
+    audit = (await http.get("/api/v1/api-keys/audit", headers=await bearer(app, "adam"))).json()
     assert {"name": "short-lived", "problem": "expired"}.items() <= next(
         f for f in audit["items"] if f["name"] == "short-lived").items()
 
@@ -332,13 +333,14 @@ async def test_puppet_routes_take_managed_keys_and_the_old_static_key(http, worl
 
 
 async def test_roles_through_the_api(http, app):  # type: ignore[no-untyped-def]
-    admin = bearer(app, "adam")
+    admin = await bearer(app, "adam")
     r = await http.post("/api/v1/roles", headers=admin,
                         json={"user": "bob", "role": "manager", "accounts": ["lab"]})
     assert r.status_code == 201
-    me = (await http.get("/api/v1/me", headers=bearer(app, "bob"))).json()
+    me = (await http.get("/api/v1/me", headers=await bearer(app, "bob"))).json()
     assert me["role"] == "manager" and me["managed_accounts"] == ["lab"]
-    assert (await http.get("/api/v1/users/alice", headers=bearer(app, "bob"))).status_code == 200
+    bob = await bearer(app, "bob")
+    assert (await http.get("/api/v1/users/alice", headers=bob)).status_code == 200
     again = await http.post("/api/v1/roles", headers=admin,
                             json={"user": "bob", "role": "manager", "accounts": ["lab"]})
     assert again.status_code == 409
@@ -348,21 +350,21 @@ async def test_roles_through_the_api(http, app):  # type: ignore[no-untyped-def]
     r = await http.delete("/api/v1/roles/bob/manager?account=lab", headers=admin)
     assert r.status_code == 204
     # the grant is gone at once, for a token issued before
-    assert (await http.get("/api/v1/users/alice", headers=bearer(app, "bob"))).status_code == 403
+    assert (await http.get("/api/v1/users/alice", headers=bob)).status_code == 403
     history = await History.find({"op": "revoke_role"}).to_list()
     assert history[-1].author == "adam"
 
 
 async def test_why_and_associations(http, app):  # type: ignore[no-untyped-def]
-    r = await http.get("/api/v1/why/farm/alice", headers=bearer(app, "alice"))
+    r = await http.get("/api/v1/why/farm/alice", headers=await bearer(app, "alice"))
     assert r.status_code == 200, r.text
     assert r.json()["user"] == "alice" and "can_submit" in r.json()
-    r = await http.get("/api/v1/users/alice/slurm/farm", headers=bearer(app, "alice"))
+    r = await http.get("/api/v1/users/alice/slurm/farm", headers=await bearer(app, "alice"))
     assert r.status_code == 200 and r.json()["site"] == "farm"
 
 
 async def test_secure_headers(http, app):  # type: ignore[no-untyped-def]
-    r = await http.get("/api/v1/me", headers=bearer(app, "alice"))
+    r = await http.get("/api/v1/me", headers=await bearer(app, "alice"))
     for name in ("x-content-type-options", "x-frame-options", "referrer-policy",
                  "content-security-policy", "cache-control"):
         assert name in r.headers, name
@@ -373,11 +375,11 @@ async def test_https_responses_ask_browsers_to_keep_to_tls(app):  # type: ignore
 
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="https://api") as tls:
-        r = await tls.get("/api/v1/me", headers=bearer(app, "alice"))
+        r = await tls.get("/api/v1/me", headers=await bearer(app, "alice"))
     assert r.headers["strict-transport-security"] == "max-age=31536000"
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://api") as plain:
-        r = await plain.get("/api/v1/me", headers=bearer(app, "alice"))
+        r = await plain.get("/api/v1/me", headers=await bearer(app, "alice"))
     assert "strict-transport-security" not in r.headers  # only meaningful over TLS
 
 
@@ -405,6 +407,6 @@ async def test_managed_keys_only_closes_the_puppet_routes(world, tmp_path):  # t
         assert (await http.get("/puppet/storage/farm")).status_code == 401
         r = await http.get("/puppet/storage/farm", headers={"X-API-Key": made.secret})
         assert r.status_code == 200
-        r = await http.get("/puppet/storage/farm", headers=bearer(app, "alice"))
+        r = await http.get("/puppet/storage/farm", headers=await bearer(app, "alice"))
         assert r.status_code == 403
     await app.state.cache.close()  # no lifespan in process: stop its background tasks

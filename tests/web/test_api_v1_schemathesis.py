@@ -5,7 +5,7 @@ body). Bounded by ``max_examples`` per mode (about a minute in all)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 import schemathesis
@@ -18,6 +18,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
+from cheeto_like.auth.principal import subject_of
 from cheeto_like.auth.tokens import TokenIssuer
 from cheeto_like.config import ApiConfig, MongoConfig
 from cheeto_like.store import Store
@@ -35,14 +36,15 @@ def database(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="module")
-def live(world: Store, mongo_config: MongoConfig, database: str,
-         tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
+async def live(world: Store, mongo_config: MongoConfig, database: str,
+               tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Server, str]]:
     tmp = tmp_path_factory.mktemp("v1-schema")
     key_file = tmp / "jwt.key"
     config = write_config(tmp / "config.yaml", mongo_config, database, api_key=STATIC_KEY,
                           jwt_key_file=str(key_file))
     srv = Server(config, tmp / "api.log").wait()
-    token, _ = TokenIssuer.from_config(ApiConfig(jwt_key_file=key_file)).issue("adam")
+    token, _ = TokenIssuer.from_config(ApiConfig(jwt_key_file=key_file)).issue(
+        await subject_of("adam"))
     try:
         yield srv, token
     finally:

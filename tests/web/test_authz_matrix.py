@@ -21,6 +21,7 @@ import pytest
 from fastapi.routing import APIRoute
 from starlette.routing import Mount, Route
 
+from cheeto_like.auth.principal import subject_of
 from cheeto_like.config import Config
 from cheeto_like.models import History
 from cheeto_like.operations.auth import CreateApiKey, RevokeToken
@@ -130,6 +131,9 @@ ROWS: list[Row] = [
         body={"user": "carl", "role": "operator"}),
     Row("DELETE", "/api/v1/roles/dave/operator", signed_in(403, 403, 403, 204, 403),
         template="/api/v1/roles/{user}/{role}"),
+    # carl's tokens end (carl is no caller here); an unknown user is a 404 (test_tokens.py)
+    Row("POST", "/api/v1/users/carl/tokens/revoke", signed_in(403, 403, 403, 204, 403),
+        template="/api/v1/users/{name}/tokens/revoke"),
     Row("GET", "/api/v1/api-keys", ADMINS),
     Row("GET", "/api/v1/api-keys/audit", ADMINS),
     Row("POST", "/api/v1/api-keys", signed_in(403, 403, 403, 201, 403),
@@ -169,19 +173,20 @@ async def credentials(world, app) -> dict[str, Any]:  # type: ignore[no-untyped-
     await CreateApiKey.run(world, AUTHOR, name="victim", scopes=["api:read"])
     await CreateApiKey.run(world, AUTHOR, name="victim2", scopes=["api:read"])
     issuer = app.state.auth.issuer
-    expired, _ = issuer.issue("alice", ttl_seconds=3600, now=time.time() - 5 * 3600)
-    revoked, claims = issuer.issue("olga")
+    expired, _ = issuer.issue(await subject_of("alice"), ttl_seconds=3600,
+                              now=time.time() - 5 * 3600)
+    revoked, claims = issuer.issue(await subject_of("olga"))
     await RevokeToken.run(world, "olga", jti=claims.jti, exp_epoch=claims.exp, user="olga")
     return {"key": {"X-API-Key": made.secret},
             "expired": {"Authorization": f"Bearer {expired}"},
             "revoked": {"Authorization": f"Bearer {revoked}"}}
 
 
-def headers_for(app, actor: str, credentials: dict[str, Any]) -> dict[str, str]:  # type: ignore[no-untyped-def]
+async def headers_for(app, actor: str, credentials: dict[str, Any]) -> dict[str, str]:  # type: ignore[no-untyped-def]
     if actor == "anon":
         return {}
     if actor in PEOPLE:
-        return bearer(app, PEOPLE[actor])
+        return await bearer(app, PEOPLE[actor])
     return credentials[actor]
 
 
@@ -228,7 +233,7 @@ async def test_matrix(row: Row, app, http, credentials, world):  # type: ignore[
         made = await row.setup(world) if row.setup is not None else None
         path = fill(row.path, actor).replace("{n}", str(made))
         response = await http.request(row.method, path,
-                                       headers=headers_for(app, actor, credentials),
+                                       headers=await headers_for(app, actor, credentials),
                                        json=fill(row.body, actor))
         expected = row.expect[actor]
         assert response.status_code == expected, (actor, response.status_code, response.text)
@@ -243,12 +248,12 @@ async def test_matrix(row: Row, app, http, credentials, world):  # type: ignore[
 
 async def test_api_writes_name_the_signed_in_person(app, http, credentials):  # type: ignore[no-untyped-def]
     """History's author is the token's person; a body cannot choose it."""
-    r = await http.put("/api/v1/quotas/farm/users/bob", headers=bearer(app, "olga"),
+    r = await http.put("/api/v1/quotas/farm/users/bob", headers=await bearer(app, "olga"),
                        json={"cpu_minutes": 1234})
     assert r.status_code == 200, r.text
     rows = await History.find({"op": "set_quota"}).sort(-History.timestamp).to_list()
     assert rows[0].author == "olga" and rows[0].changes["user"] == "bob"
-    r = await http.put("/api/v1/quotas/farm/users/bob", headers=bearer(app, "olga"),
+    r = await http.put("/api/v1/quotas/farm/users/bob", headers=await bearer(app, "olga"),
                        json={"cpu_minutes": 5, "author": "mallory"})
     assert r.status_code == 422
     assert r.headers["content-type"] == "application/problem+json"

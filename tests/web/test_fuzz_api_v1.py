@@ -30,7 +30,7 @@ async def state() -> dict[str, list[dict[str, Any]]]:
 async def problem(http, app, method: str, url: str, *, user: str = "adam",
                   **kwargs: Any) -> dict[str, Any]:
     before = await state()
-    r = await http.request(method, url, headers={**bearer(app, user),
+    r = await http.request(method, url, headers={**await bearer(app, user),
                                                  **kwargs.pop("headers", {})}, **kwargs)
     assert 400 <= r.status_code < 500, (method, url, r.status_code, r.text[:500])
     assert r.headers["content-type"] == PROBLEM, r.headers["content-type"]
@@ -146,7 +146,7 @@ async def filed(world, app):  # type: ignore[no-untyped-def]
 
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://api") as client:
-        r = await client.post("/api/v1/requests", headers=bearer(app, "alice"),
+        r = await client.post("/api/v1/requests", headers=await bearer(app, "alice"),
                               json={"kind": "join", "site": "farm", "group": "proj"})
         assert r.status_code == 201, r.text
         return int(r.json()["id"])
@@ -239,7 +239,7 @@ async def test_bad_credentials_are_401(http, headers):  # type: ignore[no-untype
 async def test_times_without_an_offset_are_utc(http, app, method, url, body):  # type: ignore[no-untyped-def]
     """A naive ISO time is UTC (as on the command line), never a 500 from comparing it
     with the store's aware times."""
-    r = await http.request(method, url, headers=bearer(app, "adam"), json=body)
+    r = await http.request(method, url, headers=await bearer(app, "adam"), json=body)
     assert r.status_code == 200, r.text
     for key in ("effective_from", "start"):
         if key in r.json():

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from ...auth.login import LoginFailed, authenticate
+from ...auth.principal import subject_of
 from ...errors import CheetoError
 from ..client_address import client_address
 from .guard import page
@@ -105,7 +106,7 @@ def add_routes(router: APIRouter) -> None:
             return _login_page(request, username=username, status=exc.http_status,
                                error=exc.message)
         await auth.limiter.succeeded(database, username[:64], address)
-        token, claims = auth.issuer.issue(name)
+        token, claims = auth.issuer.issue(await subject_of(name))
         log.info("dashboard sign-in: %s from %s (jti %s)", name, address, claims.jti)
         response = RedirectResponse(f"{base_path(request)}/me", status_code=303,
                                     headers=dict(PAGE_HEADERS))

@@ -3,8 +3,10 @@
 - The token ``/api/v1/login`` would hand out is kept in ``cheeto_session``: HttpOnly (no
   script reads it), Secure (browsers send it only over HTTPS, or to a loopback address)
   and SameSite=Strict (no other site's page can make the browser send it). It is checked
-  exactly as a bearer token is: signature, expiry, the revocation list, and the person's
-  roles read afresh on every request.
+  exactly as a bearer token is (``deps.person_from_token``, the same function): signature,
+  expiry, the revocation list, the user id and token version (a rename keeps the
+  session, a password change or ``cheeto token revoke`` ends it), and the person's
+  status and roles read afresh on every request.
 - Every form carries a CSRF token. Signed in, it is an HMAC of the session token keyed by
   nothing a page can read, so only someone holding the cookie can compute it; before
   sign-in (the login form) it is a random value also kept in a SameSite=Strict cookie
@@ -25,10 +27,9 @@ from urllib.parse import parse_qsl
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ...auth.principal import Principal, load_person
+from ...auth.principal import Principal
 from ...auth.tokens import BadToken
-from ...models import RevokedToken
-from ..deps import Auth, get_auth
+from ..deps import Auth, get_auth, person_from_token
 
 SESSION_COOKIE = "cheeto_session"
 LOGIN_CSRF_COOKIE = "cheeto_login_csrf"
@@ -74,18 +75,16 @@ def cookie_path(request: Request) -> str:
 
 async def optional_session(request: Request) -> Session | None:
     """The session of the cookie, or None when there is none or it no longer works
-    (expired, revoked, not ours): the page then asks to sign in again."""
+    (expired, revoked, not ours, the person no longer active): the page then asks to
+    sign in again."""
     token = request.cookies.get(SESSION_COOKIE)
     if not token or len(token) > 4096:
         return None
     auth: Auth = get_auth(request)
     try:
-        claims = auth.issuer.verify(token)
+        who = await person_from_token(auth, token)
     except BadToken:
         return None
-    if await RevokedToken.find_one({"jti": claims.jti}) is not None:
-        return None
-    who = await load_person(claims.sub, token_id=claims.jti, token_exp=claims.exp)
     return Session(who=who, token=token)
 
 

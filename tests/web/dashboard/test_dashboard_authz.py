@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from cheeto_like.auth.principal import subject_of
 from cheeto_like.operations.auth import RevokeToken
 from cheeto_like.web.dashboard.session import csrf_for
 from tests.factories import AUTHOR
@@ -71,13 +72,14 @@ async def session_cookie(app: Any, store: Any, actor: str) -> str | None:
     if actor == "anon":
         return None
     issuer = app.state.auth.issuer
+    subject = await subject_of(PEOPLE[actor])
     if actor == "expired":
-        token, _ = issuer.issue(PEOPLE[actor], ttl_seconds=60, now=time.time() - 3600)
+        token, _ = issuer.issue(subject, ttl_seconds=60, now=time.time() - 3600)
         return token
-    token, claims = issuer.issue(PEOPLE[actor])
+    token, claims = issuer.issue(subject)
     if actor == "revoked":
         await RevokeToken.run(store, AUTHOR, skip_history=True, jti=claims.jti,
-                              exp_epoch=claims.exp, user=claims.sub)
+                              exp_epoch=claims.exp, user=PEOPLE[actor])
     return token
 
 
@@ -114,7 +116,7 @@ async def test_matrix(row, app, dash_world) -> None:  # type: ignore[no-untyped-
 async def test_bearer_tokens_and_keys_open_no_page(app, dash_world) -> None:  # type: ignore[no-untyped-def]
     from cheeto_like.operations.auth import CreateApiKey
 
-    token, _ = app.state.auth.issuer.issue("adam")
+    token, _ = app.state.auth.issuer.issue(await subject_of("adam"))
     made = await CreateApiKey.run(dash_world, AUTHOR, name="dash-matrix",
                                   scopes=["api:read", "quota:write"])
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
@@ -132,7 +134,7 @@ async def test_user_data_is_escaped(app, dash_world) -> None:  # type: ignore[no
     old = user.fullname
     await user.set({"fullname": "<script>alert(1)</script>"})  # a hand-made bad value
     try:
-        token, _ = app.state.auth.issuer.issue("alice")
+        token, _ = app.state.auth.issuer.issue(await subject_of("alice"))
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                      base_url="http://dash") as http:
             r = await http.get("/me", headers={"Cookie": f"cheeto_session={token}"})
