@@ -10,9 +10,10 @@ and the load average, are printed as one JSON object on stdout.
 
     .venv/bin/python bench/store_contention.py [--rounds 5] [--baseline /tmp/tree]
 
-``--baseline TREE`` runs the writers of another checkout (the tree before a change)
-against the same server (this tree's, which has the fail point), in their own
-database. Progress goes to stderr.
+``--tree`` measures another checkout as "this" (a clean worktree of a commit, away
+from uncommitted edits); ``--baseline TREE`` runs the writers of another checkout (the
+tree before a change) against the same server (this tree's, which has the fail point),
+each side in its own database, seeded by its own tree. Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -76,15 +77,18 @@ def start_server(data_dir: Path) -> Any:
     return config, server
 
 
-async def seed(config: Any, database: str) -> None:
-    from cheeto_like.config import MongoConfig
-    from cheeto_like.operations.group import SeedAccessStatusGroups
-    from cheeto_like.operations.site import CreateSite
-    from cheeto_like.operations.user import CreateUser
-    from cheeto_like.operations.user_site import AddSiteUser
-    from cheeto_like.store import connect
+SEED = r'''
+import asyncio, sys
+from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
+from cheeto_like.operations.group import SeedAccessStatusGroups
+from cheeto_like.operations.site import CreateSite
+from cheeto_like.operations.user import CreateUser
+from cheeto_like.operations.user_site import AddSiteUser
+from cheeto_like.store import connect
 
-    store = await connect(MongoConfig(embedded=config), database=database, autostart=False)
+async def main(path, database):
+    store = await connect(MongoConfig(embedded=EmbeddedStoreConfig(path=path)),
+                          database=database, autostart=False)
     try:
         await store.drop_database()
         await store.bind()
@@ -95,6 +99,15 @@ async def seed(config: Any, database: str) -> None:
         await AddSiteUser.run(store, "bench", user="alice", site="farm")
     finally:
         await store.close()
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+'''
+
+
+def seed(tree: Path, data_dir: Path, database: str) -> None:
+    """Seed with the side's own tree: its models write the documents its writers read."""
+    subprocess.run([sys.executable, "-c", SEED, str(data_dir), database], cwd=tree,
+                   env={**os.environ, "PYTHONPATH": str(tree)}, check=True)
 
 
 async def fail_point(server: Any, mode: Any, **data: Any) -> None:
@@ -146,17 +159,19 @@ def main() -> None:
     parser.add_argument("--conflict-every", type=int, default=4,
                         help="with conflicts: one insert in this many fails")
     parser.add_argument("--baseline", type=Path, help="another checkout to compare")
+    parser.add_argument("--tree", type=Path, default=ROOT,
+                        help="the checkout measured as 'this' (default: this one)")
     args = parser.parse_args()
     rounds = max(5, args.rounds)
-    sides = {"this": ROOT}
+    sides = {"this": args.tree.resolve()}
     if args.baseline is not None:
         sides["baseline"] = args.baseline.resolve()
     data_dir = Path(tempfile.mkdtemp(prefix="cheeto-contention-"))
-    config, server = start_server(data_dir)
+    _config, server = start_server(data_dir)
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     try:
-        for side in sides:
-            asyncio.run(seed(config, f"bench_contention_{side}"))
+        for side, tree in sides.items():
+            seed(tree, data_dir, f"bench_contention_{side}")
         for r in range(rounds):
             order = list(sides) if r % 2 == 0 else list(reversed(sides))
             for writers in [int(w) for w in args.writers.split(",")]:

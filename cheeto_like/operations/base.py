@@ -197,8 +197,7 @@ class Operation:
                         await asyncio.sleep(pause)
                         continue
                 raise translate_store_error(exc) from None
-            if cls.transactional:
-                await generations.after_commit(store)
+            await generations.after_commit(store)
             return Outcome(op.summary, False, result)
 
     @classmethod
@@ -232,8 +231,7 @@ class Operation:
             if self.transactional:
                 await self._claim(session, operation_id, once)
             result = self.result = await self.execute(session)
-            if self.transactional:
-                await generations.mark(session, self._all_touched_sites())
+            await generations.mark(session, self._all_touched_sites())
             changes = self.describe()
             if not skip_history:
                 await History(op=self.op_name, author=self.author, changes=changes,

@@ -92,9 +92,9 @@ async def test_sixteen_writers_with_injected_write_conflicts_all_succeed(farm, m
     assert await adjust_histories() == 16
     after = site_generation(await all_generations(), "farm")
     assert after == (before_generation[0], before_generation[1] + 16)  # one mark each
-    assert await compact(farm) == 16  # folded into the base: the generation stays
-    assert site_generation(await all_generations(), "farm") == after
-    assert await marks().count_documents({}) == 1  # the base alone
+    await compact(farm)  # (operations compact now and then too: how many is chance)
+    assert site_generation(await all_generations(), "farm") == after  # folds keep sums
+    assert {d["_id"] for d in await marks().find({}).to_list()} == {"base:site:farm"}
 
 
 async def test_conflicts_past_the_time_bound_fail_with_nothing_written(farm):
