@@ -147,7 +147,7 @@ def test_unknown_task_names(tmp_path):
                                            "ldap_sync, sympa_export, puppet_sync, "
                                            "hippo_process, iam_sync, reap, alert_digest, "
                                            "usage_collect, request_escalate, "
-                                           "cluster_monitor, audit\\)"):
+                                           "cluster_monitor, audit, retention\\)"):
         lookup("make_coffee")
 
 
@@ -211,7 +211,7 @@ puppet_sync: {repo: /srv/puppet}
     assert [n.split()[1] for n in plan.notes[1:]] == ["hippo_process", "iam_sync", "reap",
                                                       "alert_digest", "usage_collect",
                                                       "request_escalate", "cluster_monitor",
-                                                      "audit"]
+                                                      "audit", "retention"]
     # (no blocks: disabled)
 
 
@@ -236,7 +236,8 @@ sympa:
                               ("reap", "reap"), ("alert_digest", "alerts"),
                               ("usage_collect", "usage_collect"),
                               ("request_escalate", "requests"),
-                              ("cluster_monitor", "cluster_monitor"), ("audit", "audit")))]
+                              ("cluster_monitor", "cluster_monitor"), ("audit", "audit"),
+                              ("retention", "retention")))]
 
 
 def test_a_bad_crontab_or_a_scheduled_task_without_sites_is_refused(tmp_path):
@@ -358,8 +359,8 @@ def test_the_router_sends_slurm_sync_to_its_sites_queue_only(tmp_path):
     assert sorted(n for n in app.tasks if n.startswith("cheeto.")) == [
         "cheeto.alert_digest", "cheeto.audit", "cheeto.cluster_monitor", "cheeto.hippo_process",
         "cheeto.iam_sync", "cheeto.ldap_sync", "cheeto.puppet_sync", "cheeto.reap",
-        "cheeto.request_escalate", "cheeto.slurm_sync", "cheeto.sympa_export",
-        "cheeto.usage_collect"]
+        "cheeto.request_escalate", "cheeto.retention", "cheeto.slurm_sync",
+        "cheeto.sympa_export", "cheeto.usage_collect"]
     for name in ("cheeto.hippo_process", "cheeto.iam_sync", "cheeto.reap",
                  "cheeto.request_escalate"):
         assert route_task(name, (), {}, {}) == {"queue": "cheeto"}
