@@ -1060,3 +1060,30 @@ async def test_fail_command_close_connection_is_retried_by_retryable_writes_and_
             _off(client)
         assert coll.count_documents({}) == 1
         coll.drop()
+
+
+async def test_generation_marks_sum_per_key_and_fold_in_one_transaction(empty_db):
+    """``models/generation.py``: marks are inserted; one ``$group`` on ``key`` with a
+    ``$sum`` of ``n`` reads every generation (documents without ``key`` group under
+    None); the compaction ``$inc``s a base (upsert by ``_id`` with a ``$set`` of its
+    key) and deletes the folded marks by ``$in`` of their ids, in one transaction."""
+    collection = empty_db.database["generation_marks_probe"]
+    await collection.insert_many([{"_id": f"m{i}", "key": "site:farm", "n": 1}
+                                  for i in range(3)] + [{"_id": "m9", "key": "all", "n": 1},
+                                                        {"_id": "all", "n": 42}])
+
+    async def sums() -> dict[Any, int]:
+        cursor = await collection.aggregate([{"$group": {"_id": "$key",
+                                                         "n": {"$sum": "$n"}}}])
+        return {d["_id"]: d["n"] for d in await cursor.to_list()}
+
+    assert await sums() == {"site:farm": 3, "all": 1, None: 42}
+    async with empty_db.session(transaction=True) as session:
+        await collection.update_one({"_id": "base:site:farm"},
+                                    {"$inc": {"n": 2}, "$set": {"key": "site:farm"}},
+                                    upsert=True, session=session)
+        await collection.delete_many({"_id": {"$in": ["m0", "m1", "all"]}}, session=session)
+    assert await sums() == {"site:farm": 3, "all": 1}
+    assert await collection.find_one({"_id": "base:site:farm"}) == {
+        "_id": "base:site:farm", "n": 2, "key": "site:farm"}
+    await collection.drop()
