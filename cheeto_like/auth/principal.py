@@ -13,6 +13,7 @@ the login the id has *now* (History authors, rules and pages use it).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Literal
 
 from ..errors import NotFound
@@ -97,10 +98,14 @@ async def load_person(user_id: str, version: int, *, token_id: str | None = None
 
 
 def may_sign_in(users: list[User] | User | None) -> bool:
-    """Whether this user record may act through the API: it exists and its global
-    status is ``active`` (no status counts as active, as in the exports)."""
+    """Whether this user record may act through the API: it exists, its global status is
+    ``active`` (no status counts as active, as in the exports) and its ``expires_at`` has
+    not passed (an expiry takes access away with no write, so it is read per request)."""
+    from ..queries.access_policy import expired
+
     user = users[0] if isinstance(users, list) and users else users
-    return isinstance(user, User) and (user.status or "active") == "active"
+    return (isinstance(user, User) and (user.status or "active") == "active"
+            and not expired([user.expires_at], datetime.now(UTC)))
 
 
 def machine(key_name: str, scopes: list[str] | tuple[str, ...]) -> Principal:

@@ -12,7 +12,9 @@ status, else the global one, ``queries.user.effective_status``):
   ``slurm``) stays, a grace window to move data (the Slurm sync already counts
   offboarding people as eligible, ``sync.slurm_desired.ELIGIBLE_STATUSES``), but
   privileged access (``sudo``, ``root-ssh``) is gone;
-- ``inactive``, ``disabled``, no status or any other status: nothing;
+- no status at all (system and shared users are created without one): as ``active``,
+  as the exports and sign-in always read it;
+- ``inactive``, ``disabled`` or any other status: nothing;
 - past ``expires_at`` (the user's or the site record's): nothing, whatever the status.
 
 The stored access lists are never changed by this (a reactivated person gets theirs
@@ -60,7 +62,7 @@ def granted(status: str | None, access: Iterable[str],
             now: datetime) -> list[str]:
     """The part of ``access`` (the effective list at the site) that ``status`` (the
     effective status there) grants now, in the list's order (see the module doc)."""
-    if status in FULL:
+    if status is None or status in FULL:
         allowed = list(access)
     elif status in GRACE:
         allowed = [a for a in access if a not in PRIVILEGED]
@@ -88,9 +90,9 @@ def no_effect_reason(status: str | None, access: Iterable[str],
     if not held_back:
         return None
     what = ", ".join(held_back)
-    if status in FULL | GRACE and expired(expiries, now):
+    if (status is None or status in FULL | GRACE) and expired(expiries, now):
         return f"{what} has no effect: the account has expired"
-    return f"{what} has no effect while the user is {status or 'without a status'}"
+    return f"{what} has no effect while the user is {status}"
 
 
 async def grant_warning(user: str, access: Iterable[str], site: str | None) -> str | None:

@@ -51,8 +51,13 @@ WRITE_ERRORS = responses(400, 401, 403, 404, 409, 422, 503)
 
 
 def page(items: list[Any], limit: int, offset: int) -> dict[str, Any]:
-    return {"items": items[offset:offset + limit], "total": len(items), "limit": limit,
-            "offset": offset}
+    """A page of a short list computed whole (a site's quotas, roles, keys)."""
+    return paged(items[offset:offset + limit], len(items), limit, offset)
+
+
+def paged(items: list[Any], total: int, limit: int, offset: int) -> dict[str, Any]:
+    """A page the store cut (``skip``/``limit``) and counted: what long lists use."""
+    return {"items": items, "total": total, "limit": limit, "offset": offset}
 
 
 def user_view(user: User) -> dict[str, Any]:
@@ -228,11 +233,12 @@ def build_router(prefix: str) -> APIRouter:
     async def users(who: CurrentPrincipal, limit: Limit = 100, offset: Offset = 0,
                     site: OptName = None, group: OptName = None,
                     status: OptName = None) -> dict[str, Any]:
-        from ..queries.user import find_users
+        from ..queries.user import page_users
 
         authorize(who, rules.USER_LIST)
-        found = await find_users(site=site, group=group, status=status)
-        return page([user_view(u) for u in found], limit, offset)
+        found, total = await page_users(limit=limit, offset=offset, site=site, group=group,
+                                        status=status)
+        return paged([user_view(u) for u in found], total, limit, offset)
 
     @router.get("/users/{name}", summary="one user", responses=READ_ERRORS,
                 tags=["directory"])
@@ -268,15 +274,14 @@ def build_router(prefix: str) -> APIRouter:
                      site: OptName = None, member: OptName = None,
                      type: Annotated[str | None, Query(pattern=r"^[a-z]{1,16}$")] = None,
                      ) -> dict[str, Any]:
-        from ..queries.group import list_groups
+        from ..queries.group import page_groups
 
         visible = rules.visible_accounts(who)
         if who.kind != "user" and visible is not None:  # a key without api:read
             authorize(who, rules.GROUP_LIST)
-        found = await list_groups(type=type, site=site, member=member)
-        rows = [{"name": g.name, "gid": g.gid, "type": g.type} for g in
-                sorted(found, key=lambda g: g.name) if visible is None or g.name in visible]
-        return page(rows, limit, offset)
+        rows, total = await page_groups(limit=limit, offset=offset, type=type, site=site,
+                                        member=member, among=visible)
+        return paged(rows, total, limit, offset)
 
     @router.get("/groups/{name}", summary="one group and its members",
                 responses=READ_ERRORS, tags=["directory"])
@@ -414,13 +419,16 @@ def build_router(prefix: str) -> APIRouter:
 
         await subject_allowed(who, rules.QUOTA_READ, user, account)
         found = await get_site(site)
-        rows = [a for a in await QuotaAdjustment.find({"site": found.name}).to_list()
-                if (user is None or a.user == user) and (account is None
-                                                         or a.account == account)]
-        rows.sort(key=lambda a: a.at_epoch, reverse=True)
-        return page([{"user": a.user, "account": a.account, "cpu_minutes": a.cpu_minutes,
-                      "gpu_minutes": a.gpu_minutes, "reason": a.reason, "at": a.at}
-                     for a in rows], limit, offset)
+        where: dict[str, Any] = {"site": found.name}
+        if user is not None or account is not None:
+            where = {"$and": [where, {"user": user} if user is not None
+                              else {"account": account}]}
+        total = await QuotaAdjustment.find(where).count()
+        rows = await QuotaAdjustment.find(where).sort(-QuotaAdjustment.at_epoch).skip(
+            offset).limit(limit).to_list()
+        return paged([{"user": a.user, "account": a.account, "cpu_minutes": a.cpu_minutes,
+                       "gpu_minutes": a.gpu_minutes, "reason": a.reason, "at": a.at}
+                      for a in rows], total, limit, offset)
 
     @router.post("/adjustments/{site}", status_code=201,
                  summary="credit (-) or debit (+) usage, with a reason",

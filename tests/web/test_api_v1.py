@@ -169,6 +169,36 @@ async def test_people_no_longer_active_are_signed_out_at_once(app, world):  # ty
         assert (await http.get("/api/v1/me", headers=headers)).status_code == 200
 
 
+async def test_people_past_their_expiry_are_signed_out_at_once(app, world):  # type: ignore[no-untyped-def]
+    """An expiry takes access away with no write: a token stops at the next request after
+    ``expires_at`` passes, and signing in is refused like a wrong password."""
+    from datetime import UTC, datetime, timedelta
+
+    import httpx
+
+    from cheeto_like.models import User
+    from cheeto_like.operations.user import SetUserPassword
+
+    await SetUserPassword.run(world, "test", name="carl", password="carl-pw")
+    transport = httpx.ASGITransport(app=app, client=("10.1.1.2", 4242))
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+        r = await login(http, "carl", "carl-pw")
+        assert r.status_code == 200
+        headers = {"Authorization": f"Bearer {r.json()['access_token']}"}
+        assert (await http.get("/api/v1/me", headers=headers)).status_code == 200
+        carl = await User.find_one({"name": "carl"})
+        assert carl is not None
+        carl.expires_at = datetime.now(UTC) - timedelta(seconds=1)
+        await carl.save()
+        r = await http.get("/api/v1/me", headers=headers)
+        assert r.status_code == 401 and r.json()["detail"] == "this account may not sign in"
+        r = await login(http, "carl", "carl-pw")
+        assert r.status_code == 401 and r.json()["detail"] == "invalid user name or password"
+        carl.expires_at = None
+        await carl.save()
+        assert (await http.get("/api/v1/me", headers=headers)).status_code == 200
+
+
 async def test_expired_revocations_are_cleared(http, app, world):  # type: ignore[no-untyped-def]
     await RevokedToken(jti="old-token-id-123", exp_epoch=int(time.time()) - 10).insert()
     r = await login(http, "adam", PASSWORDS["adam"])
