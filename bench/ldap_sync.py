@@ -15,8 +15,17 @@ writes and the store commands of each run. The in-run yardstick is the ``--full`
 ``before_issue_18``. Prints one JSON object on stdout; progress on stderr.
 
     .venv/bin/python bench/ldap_sync.py [--users 10000] [--groups 2000] [--concurrency 8]
+                                        [--key-type ed25519|rsa4096]
+                                        [--desired-only [--rounds 5] [--baseline TREE]]
 
-Needs slapd and ldap-utils (scripts/install-system-deps.sh).
+``--key-type rsa4096`` gives every user a well-formed RSA-4096 public key (~730
+characters, what makes the site-wide key read large: issue 24). ``--desired-only`` needs
+no slapd: it seeds the store once and measures the full run's desired-state build (every
+site-wide read of the LDAP projection) in a fresh process per round, alternating with
+``--baseline``'s checkout on the same store, and reports the BSON size the one-document
+``$group`` reads of before would have had to answer (MongoDB refuses past 16 MiB).
+
+Needs slapd and ldap-utils (scripts/install-system-deps.sh), except with --desired-only.
 """
 
 from __future__ import annotations
@@ -33,7 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, os.environ.get("CHEETO_BENCH_TREE")
+                or str(Path(__file__).resolve().parent.parent))
 
 from _common import bulk_insert, free_port, progress, throwaway_server
 from pymongo import monitoring
@@ -94,7 +104,19 @@ def ed25519_key(seed: int, comment: str) -> str:
     return f"ssh-ed25519 {base64.b64encode(blob).decode()} {comment}"
 
 
-async def build_site(users: int, groups: int) -> None:
+def rsa4096_key(seed: int, comment: str) -> str:
+    """A well-formed ssh-rsa public key line with a 4096-bit modulus from ``seed``."""
+    kind = b"ssh-rsa"
+    modulus = b"\xc1" + seed.to_bytes(8, "big") * 63 + b"\x01" * 7  # 512 bytes, top bit set
+    blob = (struct.pack(">I", len(kind)) + kind + struct.pack(">I", 3) + b"\x01\x00\x01"
+            + struct.pack(">I", len(modulus) + 1) + b"\x00" + modulus)
+    return f"ssh-rsa {base64.b64encode(blob).decode()} {comment}"
+
+
+KEY_TYPES = {"ed25519": ed25519_key, "rsa4096": rsa4096_key}
+
+
+async def build_site(users: int, groups: int, key_type: str = "ed25519") -> None:
     await bulk_insert(Site, [Site(name=SITE, fqdn=f"{SITE}.example.org")])
     gid = SPECIAL_GID_START
     special = []
@@ -112,7 +134,8 @@ async def build_site(users: int, groups: int) -> None:
         for k, n in enumerate(names)])
     await bulk_insert(Group, [Group(name=n, gid=1_000_000 + k, type="user")
                           for k, n in enumerate(names)])
-    await bulk_insert(SshKey, [SshKey(user=n, key=ed25519_key(k, n)) for k, n in enumerate(names)])
+    make_key = KEY_TYPES[key_type]
+    await bulk_insert(SshKey, [SshKey(user=n, key=make_key(k, n)) for k, n in enumerate(names)])
     await bulk_insert(UserSiteInfo, [UserSiteInfo(user=n, site=SITE) for n in names])
     labs = [f"lab{g:04d}" for g in range(groups)]
     await bulk_insert(Group, [Group(name=lab, gid=600_000 + g) for g, lab in enumerate(labs)])
@@ -186,7 +209,7 @@ async def timed_run(store: Store, config: LDAPConfig, label: str, *, concurrency
 
 
 async def run(store: Store, server: Slapd, users: int, groups: int,
-              concurrency: int) -> dict[str, Any]:
+              concurrency: int, key_type: str = "ed25519") -> dict[str, Any]:
     config = LDAPConfig(
         servers=[server.uri], searchbase=server.suffix, user_base=f"ou=people,{server.suffix}",
         login_dn=server.root_dn, password=server.root_password, use_tls=True,
@@ -194,7 +217,7 @@ async def run(store: Store, server: Slapd, users: int, groups: int,
         request_timeout_seconds=300)  # a loaded 2-core machine: full reads of 10k entries
     progress(f"building {users} users and {groups} groups in the store")
     started = time.perf_counter()
-    await build_site(users, groups)
+    await build_site(users, groups, key_type)
     progress(f"  built in {time.perf_counter() - started:.1f}s")
     results: dict[str, Any] = {}
     results["full_sync_empty_directory"] = await timed_run(
@@ -214,12 +237,138 @@ async def run(store: Store, server: Slapd, users: int, groups: int,
     return results
 
 
+DESIRED_CONFIG = {"servers": ["ldap://ldap.example.org"], "searchbase": "dc=example,dc=org",
+                  "user_base": "ou=people,dc=example,dc=org"}
+NAIVE_READS = {  # what desired_state read as one $group document each before issue 24
+    "users (LDAP fields)": (User, {}, ("name", "type", "status", "access", "expires_at",
+                                       "ldap.ignore", "ldap.version", "email", "uid", "gid",
+                                       "fullname", "surname", "shell", "password",
+                                       "home_directory")),
+    "ssh keys": (SshKey, {}, ("user", "key", "created_at", "expires_at")),
+}
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _child_desired(config_file: str, server_pid: int) -> None:
+    """In a fresh process of the tree on ``sys.path``: one full desired-state build.
+    Prints one JSON line (wall, client and store CPU seconds, entries, peak RSS)."""
+    import resource
+
+    from cheeto_like.sync.ldap_desired import desired_state
+
+    async def go() -> dict[str, Any]:
+        config = MongoConfig.model_validate_json(Path(config_file).read_text())
+        store = await connect(config, autostart=False)
+        wall, cpu, server = time.perf_counter(), time.process_time(), _cpu_s(server_pid)
+        desired = await desired_state(SITE, LDAPConfig(**DESIRED_CONFIG))
+        found = {"wall_s": time.perf_counter() - wall, "client_cpu_s": time.process_time() - cpu,
+                 "store_cpu_s": _cpu_s(server_pid) - server, "users": len(desired.users),
+                 "groups": len(desired.groups)}
+        await store.close()
+        return found
+
+    found = asyncio.run(go())
+    found["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(found))
+
+
+async def naive_sizes() -> dict[str, float]:
+    """The BSON size (MiB) of each one-document ``$group`` answer of before, computed from
+    the rows (the store refuses to send one past 16 MiB)."""
+    import bson
+
+    from cheeto_like.models.base import columns
+
+    sizes = {}
+    for label, (model, match, fields) in NAIVE_READS.items():
+        found = await columns(model, match, *fields)
+        doc = {"_id": None, **{f"v{i}": [r.get(f) for r in found]
+                               for i, f in enumerate(fields)}}
+        sizes[label] = round(len(bson.encode(doc)) / 2**20, 2)
+    return sizes
+
+
+async def run_desired_only(store_config: MongoConfig, server_pid: int, opts: Any
+                           ) -> dict[str, Any]:
+    """Seed once, then time the desired state in fresh processes, alternating trees."""
+    import statistics
+    import subprocess
+
+    progress(f"building {opts.users} users ({opts.key_type} keys), {opts.groups} groups")
+    await build_site(opts.users, opts.groups, opts.key_type)
+    trees = {"current": str(Path(__file__).resolve().parent.parent)}
+    if opts.baseline:
+        trees = {"baseline": str(Path(opts.baseline).resolve()), **trees}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as config_file:
+        config_file.write(store_config.model_dump_json())
+        config_file.flush()
+        for round_ in range(opts.rounds):
+            for name, tree in trees.items():
+                out = await asyncio.to_thread(
+                    subprocess.run, [sys.executable, __file__, "--child", config_file.name,
+                                     str(server_pid)], capture_output=True, text=True,
+                    env={**os.environ, "CHEETO_BENCH_TREE": tree, "PYTHONPATH": tree})
+                if out.returncode:
+                    last = (out.stderr.strip().splitlines() or ["?"])[-1]
+                    progress(f"  round {round_ + 1}: {name} failed: {last}")
+                    runs[name].append({"failed": last[:300]})
+                    continue
+                got = json.loads(out.stdout.strip().splitlines()[-1])
+                progress(f"  round {round_ + 1}: {name} {got['wall_s']:.2f}s wall "
+                         f"({got['client_cpu_s']:.2f} + {got['store_cpu_s']:.2f} CPU)")
+                runs[name].append(got)
+    result: dict[str, Any] = {"naive_group_document_mib": await naive_sizes()}
+    for name, found in runs.items():
+        ok = [r for r in found if "failed" not in r]
+        summary: dict[str, Any] = {"rounds": len(found), "failed": len(found) - len(ok)}
+        if ok:
+            for key in ("wall_s", "client_cpu_s", "store_cpu_s", "peak_rss_mb"):
+                values = [r[key] for r in ok]
+                summary[key] = {"min": round(min(values), 3),
+                                "median": round(statistics.median(values), 3)}
+            summary["users"] = ok[0]["users"]
+        else:
+            summary["error"] = found[0]["failed"]
+        result[name] = summary
+    return result
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, default=10_000)
     parser.add_argument("--groups", type=int, default=2_000)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--key-type", choices=sorted(KEY_TYPES), default="ed25519",
+                        help="every user's SSH key: ed25519 (68 bytes) or rsa4096 (~730)")
+    parser.add_argument("--desired-only", action="store_true",
+                        help="time only the full desired-state build (no slapd needed)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="with --desired-only: fresh-process runs per tree")
+    parser.add_argument("--baseline", metavar="TREE", default=None,
+                        help="with --desired-only: another checkout, measured alternately")
     opts = parser.parse_args()
+    if opts.desired_only:
+        with tempfile.TemporaryDirectory(prefix="cheeto-ldap-bench-") as tmp:
+            embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
+            server = throwaway_server(embedded)
+            server.start_background()
+            try:
+                config = MongoConfig(embedded=embedded, database="bench_ldap")
+                store = await connect(config, autostart=False)
+                result = await run_desired_only(config, server.pid(), opts)
+                await store.close()
+            finally:
+                server.stop()
+        print(json.dumps({"store": "embedded nx-27017", "users": opts.users,
+                          "lab_groups": opts.groups, "key_type": opts.key_type,
+                          "load_average": [round(x, 2) for x in os.getloadavg()],
+                          **result}, indent=2))
+        return
     with tempfile.TemporaryDirectory(prefix="cheeto-ldap-bench-") as tmp:
         embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
         server = throwaway_server(embedded)
@@ -228,17 +377,22 @@ async def main() -> None:
         try:
             store = await connect(MongoConfig(embedded=embedded, database="bench_ldap"),
                                   autostart=False)
-            result = await run(store, slapd, opts.users, opts.groups, opts.concurrency)
+            result = await run(store, slapd, opts.users, opts.groups, opts.concurrency,
+                               opts.key_type)
             await store.close()
         finally:
             slapd.stop()
             server.stop()
     print(json.dumps({"store": "embedded nx-27017", "slapd": "OpenLDAP 2.5 (real, mdb)",
                       "users": opts.users, "lab_groups": opts.groups,
-                      "concurrency": opts.concurrency,
+                      "concurrency": opts.concurrency, "key_type": opts.key_type,
                       "load_average": [round(x, 2) for x in os.getloadavg()],
                       **result, "before_issue_18": BEFORE}, indent=2))
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    if "--child" in sys.argv:
+        at = sys.argv.index("--child")
+        _child_desired(sys.argv[at + 1], int(sys.argv[at + 2]))
+    else:
+        asyncio.run(main())

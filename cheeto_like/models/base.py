@@ -8,13 +8,19 @@ and on the embedded store and read well in History and exports.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import math
+import secrets
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+import bson
 from beanie import Document, Insert, Replace, Save, SaveChanges, Update, before_event
 from pydantic import BaseModel, ConfigDict, Field
 from pymongo import ASCENDING, DESCENDING, IndexModel
+from pymongo.errors import OperationFailure
 
 from .fields import new_id, utcnow
 
@@ -49,21 +55,37 @@ class Expirable(BaseModel):
     provisioned_at: datetime | None = None
 
 
-class LDAPInfo(Embedded):
-    """Per-record LDAP bookkeeping: what was projected and when each site last synced.
+def first_version() -> int:
+    """A new record's first ``ldap.version``: random, not 1, so a record deleted and made
+    again under the same name (same count, same version sum) never matches the token a
+    sync recorded for the one before (collision odds 1 in 2**31). Below 2**31 so a
+    site's sum of versions stays far inside int64."""
+    return secrets.randbelow(2**31 - 2) + 1
 
-    ``modified_at`` moves only when the projected fields change (see ``LDAPSyncable``), so
-    bookkeeping saves do not make a record dirty. ``synced`` holds one watermark per site.
+
+class LDAPInfo(Embedded):
+    """Per-record LDAP bookkeeping: what was projected and what each site last synced.
+
+    ``version`` grows by one (from a random ``first_version``) in the transaction of
+    every write that changes the record's projection (the before-save hook of
+    ``LDAPSyncable``, ``operations.common.mark_ldap_dirty``); bookkeeping saves leave
+    it. It, not a clock, decides dirtiness: a sync records the version it *read*
+    (``synced_version.<site>``, or the site's mark), so a write committed after that
+    read, however late or whatever its writer's clock said, leaves a different version
+    and stays dirty. ``modified_at`` and ``synced`` (times) are for display. A storage's
+    synced token also names its map and volume (``sync.ldap_desired``), so
+    ``needs_sync`` is for users and groups.
     """
 
     ignore: bool = False
     fingerprint: str | None = None
     modified_at: datetime = Field(default_factory=utcnow)
+    version: int = 0
     synced: dict[str, datetime] = Field(default_factory=dict)
+    synced_version: dict[str, int | str] = Field(default_factory=dict)
 
     def needs_sync(self, site: str) -> bool:
-        last = self.synced.get(site)
-        return last is None or self.modified_at > last
+        return self.synced_version.get(site) != self.version
 
 
 def _stable_json(value: Any) -> str:
@@ -79,9 +101,9 @@ class LDAPSyncable(BaseModel):
     """Mixin for documents projected into LDAP (users, groups, storages).
 
     Subclasses name the projected fields in ``ldap_fields``; a before-save hook hashes
-    them and bumps ``ldap.modified_at`` only when the hash changes. Changes that come from
-    other documents (keys, memberships) mark the record dirty explicitly through
-    ``operations.base.mark_ldap_dirty``.
+    them and bumps ``ldap.version`` (and ``modified_at``) only when the hash changes.
+    Changes that come from other documents (keys, memberships) mark the record dirty
+    explicitly through ``operations.common.mark_ldap_dirty``.
     """
 
     ldap_fields: ClassVar[tuple[str, ...]] = ()
@@ -100,6 +122,7 @@ class LDAPSyncable(BaseModel):
         if fingerprint != self.ldap.fingerprint:
             self.ldap.fingerprint = fingerprint
             self.ldap.modified_at = utcnow()
+            self.ldap.version = self.ldap.version + 1 if self.ldap.version else first_version()
 
 
 def index(*fields: str, unique: bool = False, **kwargs: Any) -> IndexModel:
@@ -135,6 +158,38 @@ async def select_one[D: Document](model: type[D], session: Any, /, **where: Any)
 
 ROWS_BATCH = 5000  # the embedded store answers 101 documents a batch unless asked
 
+# Bounded $group replies (issue 24): MongoDB refuses a reply document past 16 MiB
+# (BSONObjectTooLarge), and a site-wide ``$group`` pushing one value per document grows
+# with the site (users with their LDAP fields: 17.7 MiB at 50k; 25k RSA-4096 keys:
+# 22 MiB). Grouped reads are answered in parts of about PART_BYTES each instead.
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+PART_BYTES = 4 * 1024 * 1024
+# the first read is limited to PROBE_ROWS documents (a smaller match is answered by it
+# alone): 0.5 MiB of 1 KiB rows (RSA-4096 keys), 4 MiB even of 8 KiB ones
+PROBE_ROWS = 512
+PROBE_ROWS_IN_SESSION = 256  # a failed command aborts a transaction: never risk one there
+# a reply too large to build or send: BSONObjectTooLarge, and the aggregation's own
+# "exceeds the maximum document size" codes of older servers
+TOO_LARGE_CODES = frozenset({10334, 16389, 17419, 4568})
+ID_DIGITS = 8  # parts are ranges of the first 32 bits of the (uuid hex) ``_id``
+ID_SPAN = 16 ** ID_DIGITS
+
+Columns = dict[Any, tuple[list[Any], ...]]
+
+
+async def iter_rows(model: type[Document], where: dict[str, Any], *fields: str,
+                    session: Any = None) -> AsyncIterator[dict[str, Any]]:
+    """``rows`` one document at a time from cursor batches: memory holds one batch, and
+    the store caps every batch at 16 MiB whatever the match (the streamed read, for a
+    consumer that need not hold a whole site)."""
+    projection: dict[str, int] = {field: 1 for field in fields}
+    if "_id" not in projection:
+        projection["_id"] = 0
+    cursor = model.get_pymongo_collection().find(where, projection, session=session,
+                                                 batch_size=ROWS_BATCH)
+    async for row in cursor:
+        yield row
+
 
 async def rows(model: type[Document], where: dict[str, Any], *fields: str,
                session: Any = None) -> list[dict[str, Any]]:
@@ -145,17 +200,12 @@ async def rows(model: type[Document], where: dict[str, Any], *fields: str,
     needed three fields of. Callers treat the rows as already valid (they were validated
     on the way in) and read absent optional fields with ``.get``.
     """
-    projection: dict[str, int] = {field: 1 for field in fields}
-    if "_id" not in projection:
-        projection["_id"] = 0
-    cursor = model.get_pymongo_collection().find(where, projection, session=session,
-                                                 batch_size=ROWS_BATCH)
-    return await cursor.to_list()
+    return [row async for row in iter_rows(model, where, *fields, session=session)]
 
 
 async def grouped(model: type[Document], match: dict[str, Any], key: str, value: str,
                   session: Any = None) -> dict[Any, list[Any]]:
-    """``{key value: [value of each matching document]}``, answered by one ``$group``.
+    """``{key value: [value of each matching document]}``, answered by ``$group`` reads.
 
     Why: the embedded store runs a ``$group`` on one field in SQL without decoding the
     documents (20k site records: 0.05 s, against 0.6-0.8 s to read them), so site-wide
@@ -173,35 +223,148 @@ async def grouped(model: type[Document], match: dict[str, Any], key: str, value:
 
 
 async def grouped_columns(model: type[Document], match: dict[str, Any], key: str,
-                          *values: str, session: Any = None) -> dict[Any, tuple[list[Any], ...]]:
+                          *values: str, session: Any = None) -> Columns:
     """Like ``grouped`` with several pushed fields: ``{key: (column, column, …)}``, the
     columns aligned (each accumulator of one ``$group`` sees the documents in the same
-    order), so ``zip(*columns)`` gives one row per document."""
+    order), so ``zip(*columns)`` gives one row per document.
+
+    Why in parts: MongoDB refuses a reply document past 16 MiB, and one ``$group`` of a
+    whole site outgrows it (50k users). The ``$group`` stays (it runs in SQL on the
+    embedded store, 3-6x faster than a projected find), but no reply holds more than
+    about ``PART_BYTES``: a first read limited to ``PROBE_ROWS`` documents answers a small
+    match alone (one command, as before) and measures the bytes per document; a larger
+    match is counted and read in ranges of the ``_id``'s leading hex digits (ids are
+    uuid hex, so ranges of equal width hold about equal counts), as many as its bytes
+    need. A range the store still refuses as too large is split in two and re-read; one
+    that cannot be split is read with a projected find, which the store answers in
+    batches of at most 16 MiB whatever the documents. Inside a transaction (``session``)
+    the probe is smaller: a refused command would abort the transaction.
+    """
+    collection = model.get_pymongo_collection()
+    probe = PROBE_ROWS if session is None else PROBE_ROWS_IN_SESSION
+    seen, size = probe, MAX_DOCUMENT_BYTES  # if refused: rows of more than 32 KiB each
+    found: Columns = {}
+    try:
+        first = await _group(collection, [{"$match": match}, {"$limit": probe + 1}],
+                             key, values, session)
+    except OperationFailure as exc:
+        if exc.code not in TOO_LARGE_CODES or session is not None:
+            raise
+    else:
+        seen = _count_rows(first)
+        if seen <= probe:  # the whole match
+            if not _merge(found, first, key, values):
+                return await _grouped_by_rows(model, match, key, values, session)
+            return found
+        size = sum(len(bson.encode(row)) for row in first)  # C: ~1 ms per MiB
+    total = await _count(collection, match, session)
+    parts = max(1, math.ceil(total * size / max(seen, 1) / PART_BYTES))
+    bounds = [ID_SPAN * i // parts for i in range(parts + 1)]
+    read = 0
+    for lo, hi in itertools.pairwise(bounds):
+        read += await _read_range(model, match, key, values, (lo, hi), session, found)
+    if read < total:
+        # ids that are not strings (a range compares strings only), or documents deleted
+        # while the parts were read: one streamed pass over the whole match instead
+        return await _grouped_by_rows(model, match, key, values, session)
+    return found
+
+
+async def _read_range(model: type[Document], match: dict[str, Any], key: str,
+                      values: tuple[str, ...], span: tuple[int, int], session: Any,
+                      found: Columns) -> int:
+    """The documents whose ``_id`` falls in ``span`` (of the hex space), merged into
+    ``found``; returns how many. Halves the range while the store refuses it as too
+    large; a range of one step (or columns that do not line up) is read with a find."""
+    lo, hi = span
+    where = in_id_range(match, lo, hi)
+    if hi - lo > 1:
+        try:
+            part = await _group(model.get_pymongo_collection(), [{"$match": where}],
+                                key, values, session)
+        except OperationFailure as exc:
+            if exc.code not in TOO_LARGE_CODES or session is not None:
+                raise
+            mid = (lo + hi) // 2
+            return (await _read_range(model, match, key, values, (lo, mid), session, found)
+                    + await _read_range(model, match, key, values, (mid, hi), session,
+                                        found))
+        if _merge(found, part, key, values):
+            return _count_rows(part)
+    by_rows = await _grouped_by_rows(model, where, key, values, session)
+    for group, columns in by_rows.items():
+        _extend(found, group, columns)
+    return sum(len(columns[0]) for columns in by_rows.values() if columns)
+
+
+def in_id_range(match: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
+    """``match`` narrowed to ids in ``[lo, hi)`` of the ``ID_DIGITS``-hex-digit space,
+    open-ended at both ends so the ranges of a split cover every string id."""
+    bound: dict[str, str] = {}
+    if lo > 0:
+        bound["$gte"] = f"{lo:0{ID_DIGITS}x}"
+    if hi < ID_SPAN:
+        bound["$lt"] = f"{hi:0{ID_DIGITS}x}"
+    if not bound:
+        return match
+    if "_id" in match:
+        return {"$and": [match, {"_id": bound}]}
+    return {**match, "_id": bound}
+
+
+async def _group(collection: Any, head: list[dict[str, Any]], key: str,
+                 values: tuple[str, ...], session: Any) -> list[dict[str, Any]]:
+    """The rows of one ``$group`` pushing ``values`` of ``head``'s documents."""
     pushes = {f"v{i}": {"$push": f"${field}"} for i, field in enumerate(values)}
     group_id: Any = f"${key}" if key else None
-    pipeline = [{"$match": match}, {"$group": {"_id": group_id, **pushes}}]
-    cursor = await model.get_pymongo_collection().aggregate(pipeline, session=session)
-    found: dict[Any, tuple[list[Any], ...]] = {}
-    for row in await cursor.to_list():
+    cursor = await collection.aggregate([*head, {"$group": {"_id": group_id, **pushes}}],
+                                        session=session)
+    return await cursor.to_list()
+
+
+async def _count(collection: Any, match: dict[str, Any], session: Any) -> int:
+    """How many documents match, as a one-row ``$group`` (in SQL on the embedded store;
+    ``count_documents`` is answered in Python there, 100x slower at 20k)."""
+    cursor = await collection.aggregate(
+        [{"$match": match}, {"$group": {"_id": None, "n": {"$sum": 1}}}], session=session)
+    found = await cursor.to_list()
+    return int(found[0]["n"]) if found else 0
+
+
+def _count_rows(groups: list[dict[str, Any]]) -> int:
+    return sum(len(row["v0"]) for row in groups)
+
+
+def _merge(found: Columns, groups: list[dict[str, Any]], key: str,
+           values: tuple[str, ...]) -> bool:
+    """Add one ``$group`` answer to ``found``; False (and nothing added) when a store
+    skipped a missing field in ``$push``, so its columns no longer line up."""
+    decoded = []
+    for row in groups:
         columns = tuple(row[f"v{i}"] for i in range(len(values)))
         if len({len(column) for column in columns}) > 1:
-            # a store that skips a missing field in $push: the columns no longer line up
-            return await _grouped_by_rows(model, match, key, values, session)
-        group = group_key(row["_id"])
-        if group in found:  # two spellings of one key (list and JSON text)
-            found[group] = tuple(a + b for a, b in zip(found[group], columns, strict=True))
-        else:
-            found[group] = columns
-    return found
+            return False
+        decoded.append((group_key(row["_id"]) if key else None, columns))
+    for group, columns in decoded:  # two spellings of one key (list and JSON text) merge
+        _extend(found, group, columns)
+    return True
+
+
+def _extend(found: Columns, group: Any, columns: tuple[list[Any], ...]) -> None:
+    if group in found:
+        for into, more in zip(found[group], columns, strict=True):
+            into.extend(more)
+    else:
+        found[group] = columns
 
 
 async def _grouped_by_rows(model: type[Document], match: dict[str, Any], key: str,
                            values: tuple[str, ...],
-                           session: Any) -> dict[Any, tuple[list[Any], ...]]:
-    """``grouped_columns`` the slow way (projected documents grouped here)."""
-    found: dict[Any, tuple[list[Any], ...]] = {}
+                           session: Any) -> Columns:
+    """``grouped_columns`` the slow way (projected documents, streamed, grouped here)."""
+    found: Columns = {}
     fields = (key, *values) if key else values
-    for row in await rows(model, match, *fields, session=session):
+    async for row in iter_rows(model, match, *fields, session=session):
         group = group_key(_dotted(row, key)) if key else None
         columns = found.setdefault(group, tuple([] for _ in values))
         for column, field in zip(columns, values, strict=True):
@@ -210,6 +373,8 @@ async def _grouped_by_rows(model: type[Document], match: dict[str, Any], key: st
 
 
 def _dotted(row: dict[str, Any], path: str) -> Any:
+    if path in row:  # the embedded store answers a dotted projection as a flat key
+        return row[path]
     value: Any = row
     for part in path.split("."):
         value = value.get(part) if isinstance(value, dict) else None
@@ -219,8 +384,11 @@ def _dotted(row: dict[str, Any], path: str) -> Any:
 async def columns(model: type[Document], match: dict[str, Any], *fields: str,
                   session: Any = None) -> list[dict[str, Any]]:
     """Like ``rows`` (``{field: value}`` per matching document, a missing field as None),
-    answered by one ``$group`` that pushes each field: on the embedded store that runs in
-    SQL, 3-6x faster than a projected ``find`` for a site's 20k documents."""
+    answered by ``$group`` reads that push each field: on the embedded store they run in
+    SQL, 3-6x faster than a projected ``find`` for a site's 20k documents. The replies
+    are bounded whatever the site's size (``grouped_columns``: parts of about
+    ``PART_BYTES``); ``iter_rows`` is the streamed read for a consumer that need not
+    hold every row."""
     found = await grouped_columns(model, match, "", *fields, session=session)
     out: list[dict[str, Any]] = []
     for cols in found.values():
