@@ -173,6 +173,7 @@ PROBE_ROWS_IN_SESSION = 256  # a failed command aborts a transaction: never risk
 TOO_LARGE_CODES = frozenset({10334, 16389, 17419, 4568})
 ID_DIGITS = 8  # parts are ranges of the first 32 bits of the (uuid hex) ``_id``
 ID_SPAN = 16 ** ID_DIGITS
+MAX_SPLITS = 6  # halvings of a refused range before it is read with a find instead
 
 Columns = dict[Any, tuple[list[Any], ...]]
 
@@ -272,13 +273,15 @@ async def grouped_columns(model: type[Document], match: dict[str, Any], key: str
 
 async def _read_range(model: type[Document], match: dict[str, Any], key: str,
                       values: tuple[str, ...], span: tuple[int, int], session: Any,
-                      found: Columns) -> int:
+                      found: Columns, depth: int = 0) -> int:
     """The documents whose ``_id`` falls in ``span`` (of the hex space), merged into
     ``found``; returns how many. Halves the range while the store refuses it as too
-    large; a range of one step (or columns that do not line up) is read with a find."""
+    large, at most ``MAX_SPLITS`` times (ids that do not spread over the hex space would
+    keep one half as large: each refusal costs the store the whole group); past that, or
+    when the columns do not line up, the range is read with a streamed find."""
     lo, hi = span
     where = in_id_range(match, lo, hi)
-    if hi - lo > 1:
+    if hi - lo > 1 and depth <= MAX_SPLITS:
         try:
             part = await _group(model.get_pymongo_collection(), [{"$match": where}],
                                 key, values, session)
@@ -286,9 +289,10 @@ async def _read_range(model: type[Document], match: dict[str, Any], key: str,
             if exc.code not in TOO_LARGE_CODES or session is not None:
                 raise
             mid = (lo + hi) // 2
-            return (await _read_range(model, match, key, values, (lo, mid), session, found)
+            return (await _read_range(model, match, key, values, (lo, mid), session, found,
+                                      depth + 1)
                     + await _read_range(model, match, key, values, (mid, hi), session,
-                                        found))
+                                        found, depth + 1))
         if _merge(found, part, key, values):
             return _count_rows(part)
     by_rows = await _grouped_by_rows(model, where, key, values, session)

@@ -160,6 +160,13 @@ async def test_a_part_refused_as_too_large_is_split(big_site: Store,
     assert all(r["key"] == big_key(int(r["user"][1:])) for r in found)
     assert replies.refused == [10334]  # the one planned part; its halves fit
     assert replies.largest < LIMIT + 16 * 1024
+    # ids that would not spread (one half as large again): after MAX_SPLITS, a find
+    monkeypatch.setattr(base, "MAX_SPLITS", 0)
+    found, replies = await replies_of(big_site, mongo_config,
+                                      lambda: columns(SshKey, {}, "user", "key"))
+    assert sorted(r["user"] for r in found) == [name_of(n) for n in range(USERS)]
+    assert replies.refused == [10334]  # the planned part; its halves are found
+    assert replies.commands.count("find") >= 2
 
 
 async def test_ids_outside_the_hex_ranges_are_read_too(big_site: Store,
