@@ -3,14 +3,14 @@ retry can tell "it already committed" from "it never did".
 
 Why: a commit whose reply is lost (a failover, a dropped connection) leaves the caller
 not knowing whether it applied. Re-running a non-idempotent operation (a quota
-adjustment, a new request) would apply it twice. Every transactional ``Operation.run``
+adjustment, a new request) would apply it twice. ``Operation.run_once`` (and a ``run``
+that writes no History row, whose History ``_id`` cannot carry the operation id)
 inserts ``{"_id": <operation id>, "op", "author", "at", "at_epoch"}`` *first* in its
 transaction; a later attempt with the same id meets a duplicate key (or a write
 conflict while the first is still open) and reports the first one's result instead of
-applying again. The id is a fresh uuid per ``run``, or, for an ``/api/v1`` POST with an
-``Idempotency-Key``, a hash of the caller and the key (``web/idempotency.py``); such
-records also hold the request's ``fingerprint`` and the answer (``summary``, JSON text)
-to replay.
+applying again. For an ``/api/v1`` POST with an ``Idempotency-Key`` the id is a hash of
+the caller and the key (``web/idempotency.py``); such records also hold the request's
+``fingerprint`` and the answer (``summary``, JSON text) to replay.
 
 Records expire after ``KEEP_SECONDS`` (a TTL index on ``at`` on MongoDB; the embedded
 store keeps TTL indexes without expiring, so the generation compaction also deletes

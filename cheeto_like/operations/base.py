@@ -2,19 +2,21 @@
 
 An operation declares its keyword arguments as a pydantic model (``Args``), so they are
 validated before any I/O and no subclass repeats constructor boilerplate. ``run()``
-validates, opens a session (a transaction unless ``transactional = False``), claims its
-operation id (``models/applied.py``), calls ``execute(session)``, marks the generations
-of the sites it touched, inserts ``History(op, author, describe())`` in the same
+validates, opens a session (a transaction unless ``transactional = False``), calls
+``execute(session)``, marks the generations of the sites it touched, inserts
+``History(op, author, describe())`` (its ``_id`` is the operation id) in the same
 transaction, and commits. A failure anywhere writes nothing at all.
 
 Retries follow pymongo's ``with_transaction``: a ``TransientTransactionError`` (a write
 conflict, a transaction the server aborted, an election) re-runs the whole transaction
 with jittered exponential backoff until ``Store.transaction_retry_seconds`` have passed;
 a commit whose result is unknown is committed again (``store.commit_with_retry``).
-``prepare()`` runs once, before the first attempt. Because the operation id is claimed
-first in every attempt, an attempt after a commit that did apply meets the claim and
-reports the applied attempt's result instead of applying twice; ``run_once`` does the
-same across requests for a client-chosen id (``/api/v1``'s ``Idempotency-Key``).
+``prepare()`` runs once, before the first attempt. Every attempt carries the same
+operation id, so an attempt after a commit that did apply finds it (the History row,
+looked up first after an uncertain commit) and reports the applied attempt's result
+instead of applying twice. ``run_once`` does the same across requests for a
+client-chosen id (``/api/v1``'s ``Idempotency-Key``): its id is claimed first, by a
+record of its own (``models/applied.py``) that also keeps the answer to replay.
 """
 
 from __future__ import annotations
@@ -171,7 +173,8 @@ class Operation:
             op.prepared = prepared
             try:
                 result = await op._run(skip_history=skip_history, operation_id=operation_id,
-                                       once=once, deadline=deadline)
+                                       once=once, deadline=deadline,
+                                       uncertain=maybe_committed is not None)
             except _Applied:
                 if maybe_committed is not None:  # our own earlier attempt did commit
                     return Outcome(maybe_committed.summary, False, maybe_committed.result)
@@ -225,17 +228,33 @@ class Operation:
     result: Any = None
 
     async def _run(self, *, skip_history: bool, operation_id: str, once: Once | None,
-                   deadline: float) -> Any:
+                   deadline: float, uncertain: bool = False) -> Any:
+        """One attempt. The operation id is claimed first: by a record of its own
+        (``models/applied.py``) when the caller chose the id (``run_once``) or no History
+        row is written; otherwise the History row carries it as its ``_id`` (no extra
+        write), and an attempt after an uncertain commit looks for that row first."""
+        history_id = operation_id if once is None and not skip_history else None
         async with self.store.session(transaction=self.transactional,
                                       deadline=deadline) as session:
-            if self.transactional:
+            if self.transactional and history_id is None:
                 await self._claim(session, operation_id, once)
+            elif self.transactional and uncertain and await History.get_pymongo_collection(
+                    ).find_one({"_id": history_id}, {"_id": 1}, session=session):
+                raise _Applied
             result = self.result = await self.execute(session)
             await generations.mark(session, self._all_touched_sites())
             changes = self.describe()
             if not skip_history:
-                await History(op=self.op_name, author=self.author, changes=changes,
-                              timestamp=utcnow()).insert(session=session)
+                history = History(op=self.op_name, author=self.author, changes=changes,
+                                  timestamp=utcnow())
+                if history_id is not None and self.transactional:
+                    history.id = history_id
+                try:
+                    await history.insert(session=session)
+                except DuplicateKeyError:
+                    if history_id is not None and self.transactional:
+                        raise _Applied from None
+                    raise
             if once is not None:
                 self.summary = once.summarize(result)
                 await applied_records.collection().update_one(

@@ -209,3 +209,26 @@ async def test_commits_carry_write_concern_majority(mongo_config, farm):
         await farm.bind(create_indexes=False)  # the models back on the fixture's client
     commits = [c for c in listener.seen if c["name"] == "commitTransaction"]
     assert commits and all(c["writeConcern"]["w"] == "majority" for c in commits)
+
+
+async def test_an_attempt_after_an_uncertain_commit_finds_the_applied_one(farm):
+    """What ``Operation.run`` does when a commit's outcome was unknown and the retried
+    commit then reported the transaction gone (a failover): the next attempt looks up
+    the History row carrying the operation id and, finding it, applies nothing."""
+    import time
+    import uuid
+
+    from cheeto_like.operations.base import _Applied
+
+    operation_id = uuid.uuid4().hex
+    kwargs = {"site": "farm", "user": "alice", "cpu_minutes": 6, "reason": "uncertain"}
+    first = AdjustUsage.from_args(farm, AUTHOR, **kwargs)
+    await first._run(skip_history=False, operation_id=operation_id, once=None,
+                     deadline=time.monotonic() + 30)
+    assert (await History.get(operation_id)).op == "adjust_usage"
+    again = AdjustUsage.from_args(farm, AUTHOR, **kwargs)
+    with pytest.raises(_Applied):
+        await again._run(skip_history=False, operation_id=operation_id, once=None,
+                         deadline=time.monotonic() + 30, uncertain=True)
+    assert [r.cpu_minutes for r in await adjustments()] == [6]
+    assert await adjust_histories() == 1
