@@ -21,6 +21,7 @@ from .app import command
 from .output import esc
 
 if TYPE_CHECKING:
+    from ..auth.tokens import TokenIssuer
     from ..daemon.stack import StackPlan
     from .output import Output
 
@@ -35,10 +36,17 @@ def _port(text: str) -> int:
     return value
 
 
-async def _store_answers(config: Config) -> None:
-    """Fail with one clear line (not a uvicorn traceback) when the store is down."""
+async def _store_answers(config: Config) -> TokenIssuer:
+    """Fail with one clear line (not a uvicorn traceback) when the store is down or the
+    token key cannot be had (a key file missing and not creatable, a store-kept key not
+    readable: ``ConfigError``, exit 2); the issuer it loaded signs for the app."""
+    from ..auth.tokens import TokenIssuer
+
     store = await connect(config.mongo, autostart=False, create_indexes=False)
-    await store.close()
+    try:
+        return await TokenIssuer.load(config.api, store)
+    finally:
+        await store.close()
 
 
 @command("daemon", "api", help="serve the read-only REST API (root keys, storage) with uvicorn")
@@ -51,13 +59,18 @@ def daemon_api(args: argparse.Namespace) -> int:
     api = ctx.config.api or ApiConfig()
     host = args.host or api.host
     port = args.port or api.port
+    if args.key_path:  # for the container entrypoint: where the key is, nothing started
+        from ..auth.tokens import describe_key
+
+        ctx.out.write_raw(describe_key(api) + "\n")
+        return 0
     access = check_bind(api, host, insecure=args.insecure)
     check_tls(api)
-    asyncio.run(_store_answers(ctx.config))
+    issuer = asyncio.run(_store_answers(ctx.config))
     scheme = "https" if api.tls_cert else "http"
     where = f"[{host}]" if ":" in host else host
     ctx.out.info(esc(f"serving the API on {scheme}://{where}:{port}{api.prefix}/ ({access})"))
-    uvicorn.run(create_api(ctx.config, insecure=args.insecure),
+    uvicorn.run(create_api(ctx.config, insecure=args.insecure, issuer=issuer),
                 **uvicorn_options(api, host, port))
     return 0
 
@@ -70,6 +83,9 @@ def _(parser: a.Parser) -> None:
                         help="serve the storage map to anonymous callers (only without "
                              "api.api_key and managed_keys_only); root keys always need a "
                              "credential")
+    parser.add_argument("--key-path", action="store_true",
+                        help="print where the token key is kept (its file, or 'store') and "
+                             "exit (the container entrypoint asks it)")
 
 
 @command("daemon", "flower", help="run Flower, the Celery monitor, on the daemon's broker "

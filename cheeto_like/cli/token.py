@@ -1,11 +1,13 @@
-"""``cheeto token issue``: a signed API token, made offline with the API's key file (for
-sites without directory sign-in, and for services that act as a person).
+"""``cheeto token issue``: a signed API token, made offline with the API's key (its key
+file, or the store-kept key with ``api.jwt_key: store``; for sites without directory
+sign-in, and for services that act as a person). It never makes a key file: the API
+creates it at its first start, and one made here would sign tokens the API refuses.
 ``cheeto token revoke --user U``: end every token and dashboard session of U (their
 token version moves; ``operations.auth.RevokeUserTokens``).
 
 The token goes to stdout and nowhere else (not the log, not History), so
 ``TOKEN=$(cheeto token issue -u alice)`` captures exactly it. Whoever can read the key
-file can do this for anyone: it is the API's admin secret.
+file (or the store) can do this for anyone: it is the API's admin secret.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ async def token_issue(args: argparse.Namespace) -> int:
     user = await get_user(args.user)
     if not may_sign_in(user):
         raise InvalidInput(f"{user.name} is {user.status}, not active: no token")
-    issuer = TokenIssuer.from_config(ctx.config.api)
+    # the API's own key, never a new one: a file key made here would sign tokens the API
+    # (on another host, or not started yet) refuses
+    issuer = await TokenIssuer.load(ctx.config.api, ctx.require_store(), create=False)
     ttl = parse_duration(args.ttl).total_seconds() if args.ttl is not None else None
     token, claims = issuer.issue(subject(user), ttl)
     ctx.out.write_raw(token + "\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, SecretStr, field_validator, model_validator
 
@@ -54,8 +54,13 @@ class ApiConfig(Block):
     # generation_poll_seconds while requests come (0: every request reads them).
     cache_seconds: float = Field(default=30.0, ge=0, le=3600)
     generation_poll_seconds: float = Field(default=1.0, ge=0, le=60)
-    # sign-in and machine keys (auth/): the HS256 signing key file is created 0600 on
-    # first use (default <XDG state>/cheeto/jwt.key); login_groups, when set, admits only
+    # sign-in and machine keys (auth/). The HS256 signing key is one for every API process
+    # and `cheeto token issue` (auth/tokens.py): jwt_key "file" (default) reads
+    # jwt_key_file (default $STATE_DIRECTORY/jwt.key under systemd or in the container,
+    # else <XDG state>/cheeto/jwt.key), which the API creates 0600 when missing; on several
+    # API hosts distribute one file to each. jwt_key "store" keeps it in the store
+    # (collection token_keys, made once by the first process that needs it): readable by
+    # whoever can read the store or its dumps. login_groups, when set, admits only
     # their members. Failed sign-ins are counted in the store (collection
     # signin_failures, shared by every API process; auth/ratelimit.py), within
     # login_window_seconds: a name is refused from one address after login_max_failures
@@ -66,6 +71,7 @@ class ApiConfig(Block):
     # peer is one of trusted_proxies (addresses or CIDRs; empty: trust none), the
     # right-most X-Forwarded-For address that is not itself a trusted proxy. The name's
     # and the address's limits are never below login_max_failures.
+    jwt_key: Literal["file", "store"] = "file"
     jwt_key_file: UserPath | None = None
     # Kept for compatibility: the puppet routes never need api_key now. Its one effect:
     # `daemon api --insecure` does not open the storage map to anonymous callers.
@@ -105,6 +111,13 @@ class ApiConfig(Block):
             except ValueError:
                 raise ValueError(f"{value!r} is not an IP address or CIDR network") from None
         return out
+
+    @model_validator(mode="after")
+    def _one_key_place(self) -> ApiConfig:
+        if self.jwt_key == "store" and self.jwt_key_file is not None:
+            raise ValueError("jwt_key: store keeps the token key in the store; drop "
+                             "jwt_key_file (or set jwt_key: file)")
+        return self
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ApiConfig:

@@ -1,5 +1,7 @@
-"""Where the config file and the state live (the XDG base directories), and the names of
-the profiled sections: plain ``os``/``pathlib``, so callers that only need a path stay cheap."""
+"""Where the config file and the state live (the XDG base directories, or the directories a
+service manager hands a unit: ``$STATE_DIRECTORY``, ``$RUNTIME_DIRECTORY``), and the names
+of the profiled sections: plain ``os``/``pathlib``, so callers that only need a path stay
+cheap."""
 
 from __future__ import annotations
 
@@ -16,6 +18,21 @@ def xdg_config_home() -> Path:
 
 def xdg_state_home() -> Path:
     return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+
+
+def state_directory() -> Path | None:
+    """The state directory a service manager gave this process: systemd's
+    ``$STATE_DIRECTORY`` (``StateDirectory=``; the first entry when the unit names
+    several, colon-separated), which the container image sets to its state volume too.
+    None when unset: the process is not a service, and the XDG defaults apply."""
+    value = os.environ.get("STATE_DIRECTORY", "").split(":", 1)[0].strip()
+    return Path(value) if value and os.path.isabs(value) else None
+
+
+def runtime_directory() -> Path | None:
+    """systemd's ``$RUNTIME_DIRECTORY`` (``RuntimeDirectory=``; the first entry), or None."""
+    value = os.environ.get("RUNTIME_DIRECTORY", "").split(":", 1)[0].strip()
+    return Path(value) if value and os.path.isabs(value) else None
 
 
 def xdg_data_home() -> Path:

@@ -53,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pymongo.errors import PyMongoError
 
 from .. import __version__
+from ..auth.tokens import TokenIssuer
 from ..config import ApiConfig, Config
 from ..errors import CheetoError, ConfigError
 from ..operations.generations import poll_generations
@@ -408,10 +409,12 @@ def _unwrap(built: Any) -> tuple[Any, float | None]:
 
 
 def create_api(config: Config, store: Store | None = None, *,
-               insecure: bool = False) -> FastAPI:
+               insecure: bool = False, issuer: TokenIssuer | None = None) -> FastAPI:
     """The FastAPI app; it connects (and closes) its own store unless one is injected.
     ``insecure`` (``cheeto daemon api --insecure``): anonymous callers may read the
-    storage map (``open_storage_map``); root keys always need a credential."""
+    storage map (``open_storage_map``); root keys always need a credential. ``issuer``:
+    the token issuer loaded before the app (``TokenIssuer.load``: a store-kept key);
+    default: from the config's key file."""
     api = config.api or ApiConfig()
     prefix = api.prefix
 
@@ -537,7 +540,8 @@ def create_api(config: Config, store: Store | None = None, *,
         log.warning("store error on %s: %s", request.url.path, exc)
         return JSONResponse({"detail": "the store is unavailable"}, status_code=503)
 
-    install_v1(app, config)  # /api/v1, sign-in and keys (web/); after the handlers above
+    # /api/v1, sign-in and keys (web/); after the handlers above
+    install_v1(app, config, issuer=issuer)
     app.state.auth.open_puppet = open_storage_map(api, insecure=insecure)
     install_dashboard(app, config)  # the web pages at the prefix (web/dashboard/)
     return app

@@ -641,15 +641,17 @@ def _defaults_view(site: str, d: Any) -> dict[str, Any]:
             "carry_over": d.carry_over, "set": True}
 
 
-def install_v1(app: Any, config: Any) -> None:
+def install_v1(app: Any, config: Any, *, issuer: Any = None) -> None:
     """Mount ``/api/v1`` on the API app: routes, problem details, the auth state, and the
-    key-use recorder's flush task (started and stopped with the app)."""
+    key-use recorder's flush task (started and stopped with the app). ``issuer``: the
+    token issuer ``daemon api`` loaded at start (a store-kept key needs the store);
+    default: from the config's key file."""
     from .bodylimit import BodyLimit
     from .deps import Auth
     from .problems import install
 
     api_prefix = (config.api.prefix if config.api is not None else "")
-    auth = Auth(config)
+    auth = Auth(config, issuer=issuer)
     app.state.auth = auth
     app.include_router(build_router(api_prefix))
     install(app, f"{api_prefix}/api/v1")
