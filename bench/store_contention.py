@@ -54,7 +54,9 @@ async def main(path, database, writers, ops):
             except CheetoError as exc:
                 failures.append(str(exc)[:200])
     print("ready", flush=True)
-    sys.stdin.readline()
+    if not sys.stdin.readline():  # the bench went away: run nothing
+        await store.close()
+        return
     started = time.perf_counter()
     await asyncio.gather(*[one(w) for w in range(writers)])
     elapsed = time.perf_counter() - started
