@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from . import paths
 from .base import Block, UserPath
 from .tasks import DaemonTasks
 
@@ -35,8 +35,19 @@ class DaemonConfig(Block):
     sites: list[str] = Field(default_factory=list)
     author: str = Field(default="cheeto-daemon", min_length=1)
     timezone: str = "America/Los_Angeles"
-    beat_schedule_filename: UserPath = Path("/var/lib/cheeto/celerybeat-schedule")
+    # default $STATE_DIRECTORY/celerybeat-schedule under systemd or in the container
+    beat_schedule_filename: UserPath = Field(default_factory=paths.default_beat_schedule)
     task_time_limit: int = Field(default=3600, ge=10)
+    # beat: the lease ``beat:<beat_schedule_name>`` one beat holds while a standby waits
+    # (a dead active beat is replaced within about this many seconds); beats sharing a
+    # store and a name share one schedule and its state (collection ``beat_state``)
+    beat_schedule_name: str = Field(default="default", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    beat_lease_seconds: int = Field(default=30, ge=3, le=600)
+    # the broker's consumer_timeout (ms) as set in rabbitmq.conf, for a worker that cannot
+    # read it (rabbitmqctl unreachable from the worker's host); a value read wins
+    broker_consumer_timeout_ms: int | None = Field(default=None, ge=0)
+    # rabbitmqctl the worker asks for the broker's consumer_timeout at start
+    rabbitmqctl: str = "rabbitmqctl"
     result_expires: int = Field(default=86400, gt=0)
     # Flower's basic auth, user:password[,user:password]; $FLOWER_BASIC_AUTH wins
     flower_basic_auth: SecretStr | None = None

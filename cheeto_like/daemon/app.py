@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
-from celery.beat import PersistentScheduler
 from celery.result import AsyncResult
 
 from ..config import BrokerSSLConfig, Config, MongoConfig, mask_uri
@@ -133,20 +132,6 @@ def route_task(name: str, args: Any, kwargs: Any, options: Any, task: Any = None
     return {"queue": site_queue(site)}
 
 
-class CheetoScheduler(PersistentScheduler):
-    """Beat's scheduler, with a send failure (a broker that is down) logged as one line;
-    the next tick tries again."""
-
-    def apply_entry(self, entry: Any, producer: Any = None) -> None:
-        log.info("beat: sending %s (%s)", entry.name, entry.task)
-        try:
-            self.apply_async(entry, producer=producer, advance=False)
-        except Exception as exc:  # the broker, mostly: say it once, keep ticking
-            log.error("beat: could not send %s (%s): %s: %s; retrying at the next tick",
-                      entry.name, entry.task, type(exc).__name__, exc)
-            log.debug("beat send failure", exc_info=True)
-
-
 def celery_settings(config: Config) -> dict[str, Any]:
     """Every Celery setting the config decides (plain data, easy to test)."""
     daemon = daemon_config(config)
@@ -184,7 +169,7 @@ def celery_settings(config: Config) -> dict[str, Any]:
         "worker_send_task_events": True,  # Flower sees task states
         "task_send_sent_event": True,
         "beat_schedule_filename": str(daemon.beat_schedule_filename),
-        "beat_scheduler": f"{__name__}:CheetoScheduler",
+        "beat_scheduler": "cheeto_like.daemon.beat:CheetoScheduler",
     }
     ssl_options = broker_ssl(daemon.broker_use_ssl)
     if ssl_options is not None:

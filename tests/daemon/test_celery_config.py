@@ -16,7 +16,6 @@ from celery.schedules import crontab
 
 from cheeto_like.config import Config, load_config
 from cheeto_like.daemon.app import (
-    CheetoScheduler,
     broker_ssl,
     celery_settings,
     make_app,
@@ -24,6 +23,7 @@ from cheeto_like.daemon.app import (
     route_task,
     soft_time_limit,
 )
+from cheeto_like.daemon.beat import CheetoScheduler
 from cheeto_like.daemon.config import (
     TASKS,
     TaskDisabled,
@@ -268,7 +268,7 @@ def test_celery_settings_json_only_one_at_a_time_late_acks_and_limits(tmp_path):
     assert s["broker_connection_retry_on_startup"] and s["broker_connection_max_retries"] is None
     assert (s["timezone"], s["enable_utc"]) == ("America/Los_Angeles", True)
     assert s["worker_send_task_events"] and s["task_send_sent_event"]
-    assert s["beat_scheduler"] == "cheeto_like.daemon.app:CheetoScheduler"
+    assert s["beat_scheduler"] == "cheeto_like.daemon.beat:CheetoScheduler"
     assert "broker_use_ssl" not in s
     assert [soft_time_limit(n) for n in (3600, 600, 60, 10)] == [3300, 540, 54, 9]
 
