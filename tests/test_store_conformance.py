@@ -761,7 +761,7 @@ async def test_current_date_and_set_upserts_by_id_on_a_raw_collection(empty_db):
     clock = (await collection.find_one({"_id": "farm"}))["clock"]
     assert isinstance(clock, datetime) and clock.tzinfo is not None
     fields = {"through_ms": 1_764_000_000_123, "pending": ["user:a"],
-              "roster_users": ["a", "b"], "window": {"user:a": 1_764_000_000_000},
+              "roster_users": ["a", "b"], "parts": 1,
               "fingerprint": {"users": [2, "x", None], "generations": ["all=3"]}}
     await collection.update_one({"_id": "farm"}, {"$set": fields}, upsert=True)
     await collection.update_one({"_id": "farm"}, {"$set": {"pending": []}}, upsert=True)

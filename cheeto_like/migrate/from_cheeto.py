@@ -181,9 +181,17 @@ class _Mapper:
         modified = _ts(info.get("modified_at"))
         synced = {str(k): _ts(v) for k, v in (info.get("synced") or {}).items()
                   if _ts(v) is not None}
+        # the mapping stays pure: a first version from the record's uuid5 id, not random
+        version = int(str(doc.id).replace("-", "")[:7], 16) + 1
+        modified_at = modified or doc.ldap.modified_at
+        # a site the reference synced after the record's last change holds this version
+        # (the versions decide dirtiness; the times stay for display)
+        synced_version: dict[str, int | str] = {
+            site: version for site, when in synced.items()
+            if when is not None and modified is not None and when >= modified}
         doc.ldap = LDAPInfo(ignore=bool(info.get("ignore", False)),
-                            fingerprint=doc.ldap_fingerprint(),
-                            modified_at=modified or doc.ldap.modified_at, synced=synced)
+                            fingerprint=doc.ldap_fingerprint(), modified_at=modified_at,
+                            version=version, synced=synced, synced_version=synced_version)
 
     def name_of(self, table: dict[ObjectId, Any], value: Any) -> Any:
         oid = ref_id(value)

@@ -41,8 +41,10 @@ async def mark_ldap_dirty(model: type[Document], names: Iterable[str],
     """Make records whose LDAP projection depends on another document look modified.
 
     Query-level updates bypass document hooks, so this neither recomputes fingerprints
-    nor bumps ``updated_at``; it only moves ``ldap.modified_at``. ``$currentDate`` rather
-    than ``$set`` of a datetime: the embedded store stores a ``$set`` datetime as a string.
+    nor bumps ``updated_at``; it moves ``ldap.version`` (``$inc``, in the caller's
+    transaction: what decides dirtiness, ``models.base.LDAPInfo``) and ``ldap.modified_at``
+    (display). ``$currentDate`` rather than ``$set`` of a datetime: the embedded store
+    stores a ``$set`` datetime as a string.
     """
     # Look the name up through its index and update by _id: the embedded store scans the
     # collection for an update whose filter is anything but _id (and for ``$in``).
@@ -51,7 +53,8 @@ async def mark_ldap_dirty(model: type[Document], names: Iterable[str],
         found = await collection.find_one({"name": name}, {"_id": 1}, session=session)
         if found is not None:
             await collection.update_one({"_id": found["_id"]},
-                                        {"$currentDate": {"ldap.modified_at": True}},
+                                        {"$currentDate": {"ldap.modified_at": True},
+                                         "$inc": {"ldap.version": 1}},
                                         session=session)
 
 

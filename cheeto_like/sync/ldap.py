@@ -19,12 +19,12 @@ write's outcome. The apply:
   early when the directory becomes unreachable;
 - never raises halfway: the run ends ``ok`` or ``failed`` with the full report.
 Afterwards a whole-site run (users, groups, automounts and the prune) writes the site's
-mark (``sync/ldap_mark.py``): one document saying as of when the directory matched the
-store (the store's clock, taken before the run read anything, so a mid-run edit stays
-dirty), which records failed (still dirty) and what the run left in the directory. Any
-other applying run stamps each record whose writes all succeeded (``ldap.synced.<site>``,
-via ``$currentDate``); a record whose ``ldap.modified_at`` moved while the run was in
-flight is marked dirty again. A user who left the site loses the site's stamp once their
+mark (``sync/ldap_mark.py``): which version of each record the directory now matches
+(the ``ldap.version`` the run *read*, so an edit committed after the read, whenever it
+was stamped, stays dirty), which records failed (still dirty) and what the run left in
+the directory. Any other applying run stamps each record whose writes all succeeded
+with the token it read (``ldap.synced_version.<site>``; ``ldap.synced.<site>`` is the
+time, for display). A user who left the site loses the site's stamp once their
 memberships are gone.
 
 An incremental whole-site run with a mark first compares the store's fingerprint (counts,
@@ -45,6 +45,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from pymongo import UpdateOne
 
 from .. import progress
 from ..adapters.ldap import Directory, DirectoryError, Entry, dn_depth, normalize_dn
@@ -69,7 +71,7 @@ from .ldap_mark import (
     ms,
     read_mark,
     store_clock_ms,
-    window_of,
+    with_versions,
     write_mark,
 )
 from .ldap_plan import (
@@ -233,8 +235,9 @@ def _succeeded(desired: DesiredState, planned: Plan, items: list[SyncItem]) -> s
     return (set(planned.focus.records) & (desired.dirty_records | written)) - bad
 
 
-def _same_instant(a: Any, b: datetime) -> bool:
-    return isinstance(a, datetime) and a.tzinfo is not None and a == b
+def _base_version(token: int | str) -> int:
+    """The record's own ``ldap.version`` in a token (a storage's is ``v|map|volume``)."""
+    return token if isinstance(token, int) else int(str(token).partition("|")[0])
 
 
 async def _ids(collection_name: str, site: str, names: list[str]) -> dict[str, str]:
@@ -254,13 +257,16 @@ async def _ids(collection_name: str, site: str, names: list[str]) -> dict[str, s
 
 async def write_watermarks(store: Store, desired: DesiredState,
                            records: Iterable[RecordKey]) -> tuple[int, int]:
-    """Stamp ``ldap.synced.<site>`` on the records (``$currentDate``: the embedded store
-    keeps a ``$set`` datetime as a string), drop it from users who left the site, then
-    drop it again from any record changed since this run read it, which keeps that record
-    dirty. Returns (stamped, re-dirtied). Runs that cover part of a site use this; a
-    whole-site run writes the site's mark instead (``write_site_mark``)."""
+    """Stamp on each record the token this run read (``ldap.synced_version.<site>``; the
+    time in ``ldap.synced.<site>``, ``$currentDate``: the embedded store keeps a ``$set``
+    datetime as a string) and drop both from users who left the site. Never a later
+    token: a record changed since this run read it keeps a version above the stamp, so
+    it stays dirty with no second write (counted as re-dirtied). Returns (stamped,
+    re-dirtied). Runs that cover part of a site use this; a whole-site run writes the
+    site's mark instead (``write_site_mark``)."""
     path = f"ldap.synced.{desired.site}"
-    stamp: dict[str, list[tuple[str, datetime]]] = {}
+    token_path = f"ldap.synced_version.{desired.site}"
+    stamp: dict[str, list[tuple[str, int | str]]] = {}
     unstamp: list[str] = []
     for key in records:
         record = desired.records.get(key)
@@ -269,7 +275,7 @@ async def write_watermarks(store: Store, desired: DesiredState,
         if key[0] == "user" and key[1] in desired.former_users:
             unstamp.append(record.id)
         else:
-            stamp.setdefault(record.collection, []).append((record.id, record.modified_at))
+            stamp.setdefault(record.collection, []).append((record.id, record.version))
     stamped = redirtied = 0
     async with store.exclusive():
         for collection_name, named in stamp.items():
@@ -279,21 +285,20 @@ async def write_watermarks(store: Store, desired: DesiredState,
             order = sorted(snapshot)
             for start in range(0, len(order), WATERMARK_CHUNK):
                 chunk = order[start:start + WATERMARK_CHUNK]
-                await collection.update_many({"_id": {"$in": chunk}},
-                                             {"$currentDate": {path: True}})
+                # by _id alone (the embedded store's fast path), one request per chunk
+                await collection.bulk_write([UpdateOne(
+                    {"_id": i}, {"$set": {token_path: snapshot[i]},
+                                 "$currentDate": {path: True}}) for i in chunk], ordered=False)
                 stamped += len(chunk)
                 async for row in collection.find({"_id": {"$in": chunk}}, {"ldap": 1}):
-                    seen = (row.get("ldap") or {}).get("modified_at")
-                    if not _same_instant(seen, snapshot[row["_id"]]):
-                        # dropping the watermark (rather than stamping modified_at, which
-                        # could land in the same millisecond) keeps it dirty for sure
-                        await collection.update_one({"_id": row["_id"]}, {"$unset": {path: ""}})
-                        redirtied += 1
+                    seen = (row.get("ldap") or {}).get("version") or 0
+                    if seen != _base_version(snapshot[row["_id"]]):
+                        redirtied += 1  # changed after the read: its version moved past
         if unstamp:
             users = User.get_pymongo_collection()
             for start in range(0, len(unstamp), WATERMARK_CHUNK):
                 await users.update_many({"name": {"$in": unstamp[start:start + WATERMARK_CHUNK]}},
-                                        {"$unset": {path: ""}})
+                                        {"$unset": {path: "", token_path: ""}})
     return stamped, redirtied
 
 
@@ -328,15 +333,16 @@ async def write_site_mark(store: Store, desired: DesiredState, planned: Plan,
     for user in desired.former_users:
         if ("user", user) in bad:
             rosters["users"].add(user)  # memberships still to drop
+    # the token read for every record this run covers (a clean one's equals what the
+    # previous mark or its own stamp held); a failed one stays out, so it stays dirty
+    versions = {key_text(k): r.version for k, r in desired.records.items() if k not in bad}
     mark = SiteMark(
-        site=desired.site, through_ms=through_ms,
-        window=window_of(((k, r.modified_at) for k, r in desired.records.items()), through_ms),
+        site=desired.site, through_ms=through_ms, versions=versions,
         pending=frozenset(key_text(k) for k in bad),
         rosters={k: frozenset(v) for k, v in rosters.items()}, fingerprint=print_,
         stale_ms=None if desired.stale_at is None else ms(desired.stale_at))
-    writes = 1
     async with store.exclusive():
-        await write_mark(mark, previous)
+        writes = await write_mark(mark, previous)
     left = [("user", u) for u in desired.former_users if ("user", u) not in bad]
     if left:
         await write_watermarks(store, desired, left)
@@ -426,7 +432,7 @@ async def _run(store: Store, config: LDAPConfig, site: str, *, scope: Scope,
             await get_group(group)
         clock = _Clock()
         whole = _whole_site(scope)
-        mark = await read_mark(site)
+        mark = await read_mark(site, versions=False)  # the tokens only once something moved
         # a prune alone is a sweep of the directory: it lists, whatever the mark says
         incremental = mark is not None and not (scope.full or scope.force or scope.bootstrap) \
             and bool(scope.kinds & {"users", "groups", "automounts"})
@@ -441,8 +447,9 @@ async def _run(store: Store, config: LDAPConfig, site: str, *, scope: Scope,
             sync_run.extra["unchanged"] = True
             sync_run.status = "ok"
             return report
-        # taken after the fingerprint (what changes between the two is read below, and
-        # moves the next fingerprint) and before the reads (a later change stays dirty)
+        if mark is not None:
+            mark = await with_versions(mark)
+        # "synced as of" (display): the store's clock before the reads
         through_ms = await store_clock_ms(site) if whole and not dry_run else None
         desired = await desired_state(site, config, mark=mark, incremental=incremental)
         clock.lap("desired")
@@ -662,14 +669,14 @@ async def _watermarks(kind: str, name: str, info: Any,
     found: dict[str, dict[str, Any]] = {}
     for site in sorted(set(sites) | set(info.synced)):
         mark = await read_mark(site)
-        own = info.synced.get(site)
-        covered = mark is not None and mark.covers((kind, name), info.modified_at)
-        when = own
+        own = info.synced_version.get(site)
+        covered = mark is not None and mark.covers((kind, name), info.version)
+        when = info.synced.get(site) if own == info.version else None
         if covered and mark is not None:
             through = datetime.fromtimestamp(mark.through_ms / 1000, UTC)
-            when = through if own is None else max(own, through)
-        found[site] = {"synced_at": when,
-                       "dirty": not is_clean((kind, name), info.modified_at, own, mark)}
+            when = through if when is None else max(when, through)
+        found[site] = {"synced_at": when, "version": info.version,
+                       "dirty": not is_clean((kind, name), info.version, own, mark)}
     return found
 
 
@@ -677,8 +684,8 @@ async def needs_sync(kind: str, name: str, site: str) -> bool:
     """Whether the user or group ``name`` is dirty at ``site`` (its own stamp and the
     site's mark both considered)."""
     record = await (get_user(name) if kind == "user" else get_group(name))
-    return not is_clean((kind, name), record.ldap.modified_at, record.ldap.synced.get(site),
-                        await read_mark(site))
+    return not is_clean((kind, name), record.ldap.version,
+                        record.ldap.synced_version.get(site), await read_mark(site))
 
 
 async def describe_user(config: LDAPConfig, name: str, site: str | None = None,

@@ -21,14 +21,14 @@ What a site projects (the reference's rules, with its defects fixed):
   (``mount_name`` or name -> ``[-options ]host<suffix>:path``).
 
 Incremental bookkeeping travels with the state: which records are dirty for this site
-(``ldap.modified_at`` not covered by the record's own stamp nor by the site's mark,
-``sync/ldap_mark.py``; or an expiry it depends on, its own, its site record's or a key's,
-passed since then: expiry needs no write, so nothing else would notice; a system user is
-dirty when any root-ssh admin is, for the same reasons), ``stale_at`` (the soonest
-expiry ahead: the mark keeps it, and an unchanged fingerprint does not skip a run past
-it), users who left the site since they were last synced here (their
+(``ldap.version`` equal to neither the record's own synced token nor the site's mark's,
+``sync/ldap_mark.py``: no clock decides; or an expiry it depends on, its own, its site
+record's or a key's, passed since then: expiry needs no write, so nothing else would
+notice; a system user is dirty when any root-ssh admin is, for the same reasons),
+``stale_at`` (the soonest expiry ahead: the mark keeps it, and an unchanged fingerprint
+does not skip a run past it), users who left the site since they were last synced here (their
 memberships must go), ignored records (never written or pruned), and each record's name
-and snapshot of ``modified_at`` for the watermark.
+and the token this run read, which the watermark records (a later write moves it).
 
 Reads: one ``$group`` per collection pushing the few fields the projection needs
 (``models.base.columns``: SQL on the embedded store, no model, no ``_id``), and the heavy
@@ -64,7 +64,7 @@ from ..queries import access_policy
 from ..queries.site import get_site
 from ..queries.storage import ResolvedStorage
 from ..queries.user import effective_access, effective_status
-from .ldap_mark import SiteMark, is_clean
+from .ldap_mark import SiteMark, is_clean, ms
 from .ldap_state import (
     EPOCH,
     GROUP_CLASSES,
@@ -83,21 +83,22 @@ from .ldap_state import (
 ROOT_ACCESS = "root-ssh"
 # read for every user (light) / only for the users whose entries are built (heavy)
 USER_LIGHT = ("name", "type", "status", "access", "expires_at", "ldap.ignore",
-              "ldap.modified_at")
+              "ldap.version")
 USER_HEAVY = ("name", "email", "uid", "gid", "fullname", "surname", "shell", "password",
               "home_directory", "expires_at")
 
 
 @dataclass(frozen=True)
 class Record:
-    """A store document behind an entry: where to write its watermark, and the
-    ``ldap.modified_at`` this run saw (a later change keeps it dirty). ``id`` is the
+    """A store document behind an entry: where to write its watermark, and the token
+    (``ldap.version``; a storage's also names its map and volume) this run read: the
+    watermark records that one, so a write committed later keeps it dirty. ``id`` is the
     record's natural key in its collection: a user's or group's name, a storage's
     ``<category>/<name>`` (at the site)."""
 
     collection: str
     id: str
-    modified_at: datetime
+    version: int | str
 
 
 class Entries[K: Hashable](Mapping[K, EntryState]):
@@ -214,8 +215,9 @@ class _Light:
     status: str | None
     access: list[str]
     ignore: bool
-    modified_at: datetime
-    stamp: datetime | None  # the record's own ldap.synced.<site>
+    version: int
+    own: int | str | None   # the record's own ldap.synced_version.<site> (a partial run's)
+    stamp: datetime | None  # and when it was written (ldap.synced.<site>)
     expires_at: datetime | None = None
 
 
@@ -262,12 +264,13 @@ class _StorageRow:
     mount_name: str
     mount_overrides: _Overrides
     ignore: bool
-    modified_at: datetime
+    version: int
+    own: int | str | None
     stamp: datetime | None
     static_mount: None = None
 
     @classmethod
-    def of(cls, raw: dict[str, Any], site: str, synced: str) -> _StorageRow:
+    def of(cls, raw: dict[str, Any], site: str, synced: str, own: str) -> _StorageRow:
         over = raw.get("mount_overrides") or {}
         return cls(raw["name"], site, raw["category"], raw["group"],
                    raw["volume"], raw.get("subpath") or "", raw.get("automount_map"),
@@ -275,13 +278,23 @@ class _StorageRow:
                    _Overrides(list(over.get("options") or []),
                               list(over.get("add_options") or []),
                               list(over.get("remove_options") or [])),
-                   bool(raw.get("ldap.ignore")), _when(raw.get("ldap.modified_at")),
-                   _stamp(raw.get(synced)))
+                   bool(raw.get("ldap.ignore")), _version(raw.get("ldap.version")),
+                   _token(raw.get(own)), _stamp(raw.get(synced)))
+
+    def token(self, amap: AutomountMap, volume: StorageVolume) -> str:
+        """The storage's version and its map's and volume's last change (their options,
+        host and path are in its key; they carry no version): compared for equality
+        only, so no clock order decides."""
+        return f"{self.version}|{ms(amap.updated_at)}|{ms(volume.updated_at)}"
 
 
-def _when(value: Any) -> datetime:
-    """A record's ``ldap.modified_at``; a missing one counts as just changed."""
-    return value if isinstance(value, datetime) else utcnow()
+def _version(value: Any) -> int:
+    """A record's ``ldap.version`` (0 for records written before versions)."""
+    return int(value) if isinstance(value, int) else 0
+
+
+def _token(value: Any) -> int | str | None:
+    return value if isinstance(value, str) else int(value) if isinstance(value, int) else None
 
 
 def _stamp(value: Any) -> datetime | None:
@@ -290,10 +303,11 @@ def _stamp(value: Any) -> datetime | None:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def _light(raw: dict[str, Any], synced: str) -> _Light:
+def _light(raw: dict[str, Any], synced: str, own: str) -> _Light:
     return _Light(raw["name"], raw.get("type") or "user", raw.get("status"),
                   list(raw.get("access") or []), bool(raw.get("ldap.ignore")),
-                  _when(raw.get("ldap.modified_at")), _stamp(raw.get(synced)),
+                  _version(raw.get("ldap.version")), _token(raw.get(own)),
+                  _stamp(raw.get(synced)),
                   access_policy.as_utc(raw.get("expires_at")))
 
 
@@ -393,7 +407,7 @@ async def _root_keys(site: str, users: Mapping[str, _Light], systems: list[str],
 async def desired_state(site_name: str, config: LDAPConfig, *, mark: SiteMark | None = None,
                         incremental: bool = False) -> DesiredState:
     """The site's desired entries. ``mark``: the site's watermark (dirty = covered by
-    neither the record's own stamp nor the mark). ``incremental`` (needs ``mark``): build
+    neither the record's own token nor the mark). ``incremental`` (needs ``mark``): build
     user entries only for dirty users and users the mark's roster does not know, and let
     the actual side read by name (``known``)."""
     site = await get_site(site_name)
@@ -403,20 +417,21 @@ async def desired_state(site_name: str, config: LDAPConfig, *, mark: SiteMark | 
     prefix = config.ssh_user_prefix
     records: dict[RecordKey, Record] = {}
     synced = f"ldap.synced.{name}"
+    own_path = f"ldap.synced_version.{name}"
     incremental = incremental and mark is not None
     heavy = () if incremental else tuple(f for f in USER_HEAVY[1:] if f not in USER_LIGHT)
     now = utcnow()
     through = None if mark is None else datetime.fromtimestamp(mark.through_ms / 1000, UTC)
 
-    def dirty(key: RecordKey, modified: datetime, stamp: datetime | None) -> bool:
-        return not is_clean(key, modified, stamp, mark)
+    def dirty(key: RecordKey, token: int | str, mine: int | str | None) -> bool:
+        return not is_clean(key, token, mine, mark)
 
-    def covered_at(key: RecordKey, modified: datetime, stamp: datetime | None
-                   ) -> datetime | None:
+    def covered_at(key: RecordKey, token: int | str, mine: int | str | None,
+                   stamp: datetime | None) -> datetime | None:
         """When the directory was last brought in line with this record as it is now
-        (its own stamp, or the mark's time when the mark covers it)."""
-        found = stamp if stamp is not None and modified <= stamp else None
-        if through is not None and mark is not None and mark.covers(key, modified):
+        (its own stamp, or the mark's time when the mark covers it): for expiries only."""
+        found = stamp if stamp is not None and mine == token else None
+        if through is not None and mark is not None and mark.covers(key, token):
             found = through if found is None else max(found, through)
         return found
 
@@ -428,16 +443,16 @@ async def desired_state(site_name: str, config: LDAPConfig, *, mark: SiteMark | 
     # independent reads, in flight together (the store's work overlaps with decoding)
     usi_rows, user_rows, group_rows, edges, storage_rows, key_rows = await asyncio.gather(
         columns(UserSiteInfo, {"site": name}, "user", "status", "access", "expires_at"),
-        columns(User, {}, *USER_LIGHT, synced, *heavy),
+        columns(User, {}, *USER_LIGHT, own_path, synced, *heavy),
         columns(Group, {}, "name", "gid", "type", "shorthand", "ldap.ignore",
-                "ldap.modified_at", synced),
+                "ldap.version", own_path, synced),
         columns(GroupMembership, {"site": name}, "user", "group", "roles"),
         columns(Storage, {"site": name}, "name", "category", "group", "volume", "subpath",
                 "automount_map", "mount_name", "mount_overrides", "ldap.ignore",
-                "ldap.modified_at", synced),
+                "ldap.version", own_path, synced),
         columns(SshKey, {}, "user", "expires_at"))  # keys' expiries (few keys have one)
     usis = {r["user"]: _SiteInfoRow.of(r, name) for r in usi_rows}
-    users = {r["name"]: _light(r, synced) for r in user_rows}
+    users = {r["name"]: _light(r, synced, own_path) for r in user_rows}
     key_expiries: dict[str, list[datetime]] = {}
     for raw in key_rows:
         if (when := access_policy.as_utc(raw.get("expires_at"))) is not None:
@@ -451,7 +466,7 @@ async def desired_state(site_name: str, config: LDAPConfig, *, mark: SiteMark | 
         user = users[user_name]
         return [user.expires_at, usi.expires_at if usi else None,
                 *key_expiries.get(user_name, ())]
-    groups = {r["name"]: (_light(r, synced), int(r["gid"]), r.get("shorthand"))
+    groups = {r["name"]: (_light(r, synced, own_path), int(r["gid"]), r.get("shorthand"))
               for r in group_rows}
 
     # -- users ------------------------------------------------------------------------------
@@ -470,11 +485,11 @@ async def desired_state(site_name: str, config: LDAPConfig, *, mark: SiteMark | 
             ignored_users.add(user_name)
             continue
         wanted_users.append(user_name)
-        records[("user", user_name)] = Record("users", user_name, user.modified_at)
+        records[("user", user_name)] = Record("users", user_name, user.version)
         times = expiries_of(user_name, usis[user_name])
         ahead.extend(times)
-        if dirty(("user", user_name), user.modified_at, user.stamp) or crossed(
-                times, covered_at(("user", user_name), user.modified_at, user.stamp)):
+        if dirty(("user", user_name), user.version, user.own) or crossed(
+                times, covered_at(("user", user_name), user.version, user.own, user.stamp)):
             dirty_users.add(user_name)
     # system users carry the root admins' keys: an admin's change or passing expiry
     # (their own, a site record's, a key's) moves every system user's entry
@@ -484,19 +499,19 @@ async def desired_state(site_name: str, config: LDAPConfig, *, mark: SiteMark | 
                        for t in (*expiries_of(a, None),
                                  *(u.expires_at for u in admin_usis if u.user == a))]
         ahead.extend(admin_times)
-        admin_moved = any(dirty(("user", a), users[a].modified_at, users[a].stamp)
+        admin_moved = any(dirty(("user", a), users[a].version, users[a].own)
                           for a in root_admins)
         for user_name in wanted_users:
             user = users[user_name]
             if user.type == "system" and (admin_moved or crossed(
-                    admin_times, covered_at(("user", user_name), user.modified_at,
+                    admin_times, covered_at(("user", user_name), user.version, user.own,
                                             user.stamp))):
                 dirty_users.add(user_name)
     for user_name, user in users.items():
-        if user_name not in on_site and not user.ignore and user.stamp is not None \
-                and dirty(("user", user_name), user.modified_at, user.stamp):
+        if user_name not in on_site and not user.ignore and user.own is not None \
+                and dirty(("user", user_name), user.version, user.own):
             former.add(user_name)
-            records[("user", user_name)] = Record("users", user_name, user.modified_at)
+            records[("user", user_name)] = Record("users", user_name, user.version)
     if incremental and mark is not None:
         # on the site at the last run and no longer (taken off, or gone from the store)
         for user_name in mark.roster("users") - on_site:
@@ -505,7 +520,7 @@ async def desired_state(site_name: str, config: LDAPConfig, *, mark: SiteMark | 
                 continue
             former.add(user_name)
             if user is not None:
-                records[("user", user_name)] = Record("users", user_name, user.modified_at)
+                records[("user", user_name)] = Record("users", user_name, user.version)
         built = sorted(dirty_users | (set(wanted_users) - mark.roster("users")))
     else:
         built = wanted_users
@@ -577,8 +592,8 @@ async def desired_state(site_name: str, config: LDAPConfig, *, mark: SiteMark | 
             ignored_groups.add(group_name)
             continue
         wanted_groups.append(group_name)
-        records[("group", group_name)] = Record("groups", group_name, row.modified_at)
-        if dirty(("group", group_name), row.modified_at, row.stamp):
+        records[("group", group_name)] = Record("groups", group_name, row.version)
+        if dirty(("group", group_name), row.version, row.own):
             dirty_groups.add(group_name)
 
     def build_group(group_name: str) -> EntryState:
@@ -622,7 +637,7 @@ async def desired_state(site_name: str, config: LDAPConfig, *, mark: SiteMark | 
     for raw in sorted(storage_rows, key=lambda r: (r["category"], r["name"])):
         if not raw.get("automount_map"):
             continue
-        storage = _StorageRow.of(raw, name, synced)
+        storage = _StorageRow.of(raw, name, synced, own_path)
         volume = volumes.get(storage.volume)
         if volume is None:
             notes.append(f"storage {storage.name} skipped: volume {storage.volume} is missing")
@@ -645,17 +660,11 @@ async def desired_state(site_name: str, config: LDAPConfig, *, mark: SiteMark | 
         infos[key] = automount_info(resolved.host, resolved.host_path,
                                     resolved.mount_options, config.host_suffix)
         record_key = ("storage", f"{key[0]}/{key[1]}")
-        records[record_key] = Record("storages", f"{storage.category}/{storage.name}",
-                                     storage.modified_at)
-        # The key also reads the map's options and the volume's host and path, whose
-        # changes do not touch the storage: they count as changes since its watermark.
-        since = storage.stamp
-        if through is not None and mark is not None \
-                and mark.covers(record_key, storage.modified_at):
-            since = through if since is None else max(since, through)
-        inputs_changed = since is not None and any(
-            doc.updated_at > since for doc in (amap, volume))
-        if dirty(record_key, storage.modified_at, storage.stamp) or inputs_changed:
+        # the key also reads the map's options and the volume's host and path, whose
+        # changes do not touch the storage: its token names them (``_StorageRow.token``)
+        token = storage.token(amap, volume)
+        records[record_key] = Record("storages", f"{storage.category}/{storage.name}", token)
+        if dirty(record_key, token, storage.own):
             dirty_mounts.add(key)
 
     def build_key(key: tuple[str, str]) -> EntryState:

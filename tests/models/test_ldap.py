@@ -1,7 +1,8 @@
 """LDAP bookkeeping: the fingerprint of the projected fields is set on insert, and
-``ldap.modified_at`` moves only when a projected field changes (bookkeeping saves do not
-re-dirty a record), also across a store round trip; ``needs_sync`` per site; and
-``mark_ldap_dirty`` stores a real datetime."""
+``ldap.version`` (and ``modified_at``) move only when a projected field changes
+(bookkeeping saves do not re-dirty a record), also across a store round trip;
+``needs_sync`` per site; and ``mark_ldap_dirty`` bumps the version and stores a real
+datetime."""
 
 from __future__ import annotations
 
@@ -37,14 +38,15 @@ async def test_insert_sets_the_fingerprint(empty_db):
 async def test_bookkeeping_save_does_not_move_modified_at(empty_db):
     await new_user().insert()
     user = await stored()
-    before = (user.ldap.fingerprint, user.ldap.modified_at)
+    before = (user.ldap.fingerprint, user.ldap.modified_at, user.ldap.version)
+    assert user.ldap.version > 0
     await asyncio.sleep(0.01)
     user.comments.append("status=active, scope=global, reason=test")
     user.type = "admin"  # not projected into LDAP either
     await user.save()
     after = await stored()
     assert after.comments and after.type == "admin"
-    assert (after.ldap.fingerprint, after.ldap.modified_at) == before
+    assert (after.ldap.fingerprint, after.ldap.modified_at, after.ldap.version) == before
     assert after.updated_at > user.created_at
 
 
@@ -75,13 +77,14 @@ async def test_changing_a_projected_field_moves_modified_at(empty_db):
     for field, value in (("shell", "/bin/zsh"), ("access", ["slurm"]), ("status", "inactive"),
                          ("expires_at", datetime(2031, 1, 1, tzinfo=UTC))):
         user = await stored()
-        before = (user.ldap.fingerprint, user.ldap.modified_at)
+        before = (user.ldap.fingerprint, user.ldap.modified_at, user.ldap.version)
         await asyncio.sleep(0.005)
         setattr(user, field, value)
         await user.save()
         after = await stored()
         assert after.ldap.fingerprint != before[0], field
         assert after.ldap.modified_at > before[1], field
+        assert after.ldap.version == before[2] + 1, field  # what decides dirtiness
 
 
 async def test_group_fingerprint_covers_name_and_gid_only(empty_db):
@@ -110,8 +113,7 @@ async def test_storage_fingerprint_covers_its_own_fields(empty_db):
 
 
 def test_needs_sync_is_per_site():
-    now = datetime.now(UTC)
-    info = LDAPInfo(modified_at=now, synced={"farm": now, "hive": now - timedelta(seconds=1)})
+    info = LDAPInfo(version=3, synced_version={"farm": 3, "hive": 2})
     assert not info.needs_sync("farm")
     assert info.needs_sync("hive")
     assert info.needs_sync("never-synced")
@@ -121,6 +123,7 @@ async def test_mark_ldap_dirty_stores_a_tz_aware_datetime(empty_db):
     await new_user().insert()
     await new_user(name="bob", uid=1002, gid=1002, email="bob@example.org").insert()
     before = (await stored()).ldap.modified_at
+    version = (await stored()).ldap.version
     await asyncio.sleep(0.01)
     async with empty_db.session(transaction=True) as session:
         await mark_ldap_dirty(User, ["alice", "alice", "nobody"], session)
@@ -130,5 +133,6 @@ async def test_mark_ldap_dirty_stores_a_tz_aware_datetime(empty_db):
     assert alice.ldap.modified_at > before
     assert alice.ldap.modified_at.tzinfo is not None
     assert alice.ldap.needs_sync("farm")
+    assert alice.ldap.version == version + 1  # once, whatever the repeats in the names
     bob = await stored("bob")
     assert bob.ldap.modified_at < alice.ldap.modified_at

@@ -8,8 +8,10 @@ operations) is found and written by the next incremental run, which then settles
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -23,14 +25,14 @@ from cheeto_like.operations.user import AddUserAccess, SetUserShell
 from cheeto_like.operations.user_site import RemoveSiteUser
 from cheeto_like.store import Store
 from cheeto_like.sync import ldap as sync
-from cheeto_like.sync.ldap_mark import read_mark
+from cheeto_like.sync.ldap_mark import ms, read_mark
 from tests.factories import AUTHOR, make_group, make_user
 from tests.queries.test_query_count import listening
 from tests.services.ldap import Slapd
 from tests.sync.test_ldap_sync import Lab, populate
 
 DATA = {"users", "groups", "storages", "user_site_info", "group_membership", "ssh_keys",
-        "ldap_marks", "names", "history"}
+        "ldap_marks", "ldap_mark_versions", "names", "history"}
 WRITES = {"insert", "update", "delete", "findAndModify"}
 
 
@@ -95,7 +97,7 @@ async def quiet_run(lab: Lab, mongo_config: MongoConfig) -> tuple[sync.Report, R
 async def test_a_whole_site_run_writes_one_mark_not_a_stamp_per_record(lab: Lab):
     n = await populate(lab)
     report = await lab.sync()
-    assert report.ok and report.watermark_writes == 1
+    assert report.ok and report.watermark_writes == 2  # the site's document + its tokens
     assert report.watermarked >= len(report.plan.focus.users) + 10  # records the mark covers
     assert not [u.name for u in await User.find({}).to_list() if lab.site in u.ldap.synced]
     mark = await read_mark(lab.site)
@@ -119,6 +121,7 @@ async def test_nothing_changed_reads_a_constant_number_of_commands_and_writes_no
     assert report.ok and report.unchanged and report.plan.is_empty and report.writes == {}
     assert searches == 0  # not one entry read from the directory
     assert small.data_writes() == []
+    assert not [c for c in small.reads() if c[1] == "ldap_mark_versions"]  # tokens unread
     assert lab.dump() == before
     # ten times the users: the same commands
     for i in range(12):
@@ -311,3 +314,106 @@ async def test_an_edit_made_during_a_run_stays_dirty_for_the_next(lab: Lab):
     assert not await sync.needs_sync("user", n["alice"], lab.site)
     await expect(lab, [("modify", f"user {n['bob']}")])
     assert lab.entry(lab.user_dn(n["bob"]))["loginShell"] == ["/bin/sh"]  # type: ignore[index]
+
+
+# -- versions, not clocks (issue 24) -----------------------------------------------------------
+
+
+async def fail_point(mode: Any, **data: Any) -> int:
+    """The store's ``failCommand`` fail point; returns how often it fired before."""
+    admin = User.get_pymongo_collection().database.client.admin
+    reply = await admin.command("configureFailPoint", "failCommand", mode=mode, data=data)
+    return int(reply.get("count", 0))
+
+
+async def test_a_write_committed_during_a_run_is_synced_by_the_next(lab: Lab):
+    """The write's transaction stamps the record while the run is under way and commits
+    late (its commit held by the fail point): the run's read did not see it, and the
+    version it commits differs from the one the run recorded, so the next run writes it
+    whatever the times say. (On a replica set the run's reads do not wait for the
+    transaction; on the embedded store they queue behind it: either way the run read
+    the record before the write.)"""
+    n = await populate(lab)
+    await lab.sync()
+    await SetUserShell.run(lab.store, AUTHOR, name=n["alice"], shell="/bin/zsh")
+    writes: list[asyncio.Task[Any]] = []
+
+    async def edit() -> None:  # the run has read the store; now another admin writes
+        await fail_point({"times": 1}, failCommands=["commitTransaction"],
+                         blockConnection=True, blockTimeMS=1500)
+        writes.append(asyncio.create_task(
+            SetUserShell.run(lab.store, AUTHOR, name=n["bob"], shell="/bin/sh")))
+        await asyncio.sleep(0.2)  # let it reach its commit (the assertions hold either way)
+
+    try:
+        async with EditingDirectory(lab.config, edit=edit) as directory:
+            report = await sync.run(lab.store, lab.config, lab.site, scope=sync.scope_for(
+                lab.config, kinds=frozenset({"users", "groups", "automounts", "prune"})),
+                author=AUTHOR, directory=directory)
+        await asyncio.gather(*writes)
+    finally:
+        fired = await fail_point("off")
+    assert fired == 1  # the write's commit was held
+    assert report.ok and [c.label for c in report.plan.changes] == [f"user {n['alice']}"]
+    assert await sync.needs_sync("user", n["bob"], lab.site)
+    await expect(lab, [("modify", f"user {n['bob']}")])
+    assert lab.entry(lab.user_dn(n["bob"]))["loginShell"] == ["/bin/sh"]  # type: ignore[index]
+
+
+async def test_a_writer_whose_clock_is_behind_is_synced(lab: Lab):
+    """A record written after the last run by a writer whose clock is 30 s behind (its
+    ``modified_at`` and ``updated_at`` older than the run, no generation bump) moves its
+    version, and so the fingerprint's version sum and the record's token: the next
+    incremental run writes it (issue 18's times skipped it until ``--full``)."""
+    n = await populate(lab)
+    await lab.sync()
+    users = User.get_pymongo_collection()
+    raw = await users.find_one({"name": n["bob"]})
+    assert raw is not None
+    behind = raw["ldap"]["modified_at"] - timedelta(seconds=30)
+    raw["shell"] = "/bin/ksh"
+    raw["updated_at"] = behind
+    raw["ldap"]["modified_at"] = behind
+    raw["ldap"]["version"] += 1  # what the writer's before-save hook does
+    await users.replace_one({"_id": raw["_id"]}, raw)
+    back = await users.find_one({"name": n["bob"]})
+    assert back is not None and back["ldap"]["modified_at"] == behind  # really back-dated
+    mark = await read_mark(lab.site)
+    assert mark is not None and ms(behind) < mark.through_ms
+    await expect(lab, [("modify", f"user {n['bob']}")], most_users=1)
+    assert lab.entry(lab.user_dn(n["bob"]))["loginShell"] == ["/bin/ksh"]  # type: ignore[index]
+
+
+async def test_a_user_deleted_and_made_again_under_the_same_name_is_rewritten(lab: Lab):
+    """Same name, same count: the new record's first version is not the old one's, so
+    the mark's token for that name no longer matches."""
+    n = await populate(lab)
+    await lab.sync()
+    old = await User.find_one({"name": n["bob"]})
+    assert old is not None
+    await User.get_pymongo_collection().delete_one({"name": n["bob"]})
+    fields = old.model_dump(exclude={"id", "ldap", "revision_id", "created_at", "updated_at"})
+    await User(**{**fields, "shell": "/usr/bin/zsh"}).insert()  # a new record, by the hooks
+    new = await User.find_one({"name": n["bob"]})
+    assert new is not None and new.ldap.version != old.ldap.version
+    report = await lab.sync()
+    assert report.ok and report.by_name
+    assert ("modify", f"user {n['bob']}") in [(c.op, c.label) for c in report.plan.changes]
+    assert lab.entry(lab.user_dn(n["bob"]))["loginShell"] == ["/usr/bin/zsh"]  # type: ignore[index]
+    assert (await lab.sync()).unchanged
+
+
+async def test_a_partial_run_stamps_the_version_it_read(lab: Lab):
+    """``sync-user`` stamps ``ldap.synced_version.<site>`` with the version it read; an
+    edit after that leaves the record dirty with no second write."""
+    n = await populate(lab)
+    await lab.sync()
+    await SetUserShell.run(lab.store, AUTHOR, name=n["alice"], shell="/bin/zsh")
+    report = await lab.sync(only_users=frozenset({n["alice"]}))
+    assert report.ok and report.watermarked >= 1
+    alice = await User.find_one({"name": n["alice"]})
+    assert alice is not None and alice.ldap.synced_version[lab.site] == alice.ldap.version
+    assert lab.site in alice.ldap.synced  # the time, for display
+    assert not await sync.needs_sync("user", n["alice"], lab.site)
+    await SetUserShell.run(lab.store, AUTHOR, name=n["alice"], shell="/bin/bash")
+    assert await sync.needs_sync("user", n["alice"], lab.site)
