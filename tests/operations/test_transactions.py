@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -231,4 +232,28 @@ async def test_an_attempt_after_an_uncertain_commit_finds_the_applied_one(farm):
         await again._run(skip_history=False, operation_id=operation_id, once=None,
                          deadline=time.monotonic() + 30, uncertain=True)
     assert [r.cpu_minutes for r in await adjustments()] == [6]
+    assert await adjust_histories() == 1
+
+
+async def test_a_transaction_aborted_at_its_lifetime_limit_is_run_again(farm, caplog):
+    """The server aborts a transaction past ``transactionLifetimeLimitSeconds`` (here a
+    command of it stalls past 1 s): its next command answers NoSuchTransaction
+    (TransientTransactionError), and the operation runs again, applied once."""
+    admin = farm.client.admin
+    was = (await admin.command({"getParameter": 1,
+                                "transactionLifetimeLimitSeconds": 1}))[
+        "transactionLifetimeLimitSeconds"]
+    await admin.command({"setParameter": 1, "transactionLifetimeLimitSeconds": 1})
+    try:
+        fired = await fail_point(farm, {"times": 1}, failCommands=["insert"],
+                                 blockConnection=True, blockTimeMS=2500)
+        with caplog.at_level(logging.INFO, logger="cheeto_like.operations.base"):
+            await AdjustUsage.run(farm, AUTHOR, site="farm", user="alice", cpu_minutes=8,
+                                  reason="lifetime")
+        assert await fail_point(farm, "off") - fired == 1
+        assert "adjust_usage: transient transaction error, retry 1" in caplog.text
+        assert "NoSuchTransaction" in caplog.text
+    finally:
+        await admin.command({"setParameter": 1, "transactionLifetimeLimitSeconds": was})
+    assert [r.cpu_minutes for r in await adjustments()] == [8]
     assert await adjust_histories() == 1
