@@ -89,6 +89,10 @@ def daemon_worker(args: argparse.Namespace) -> int:
     enabled = ", ".join(enabled_tasks(config)) or "none"
     log.info("worker %s consuming %s (enabled tasks: %s); %s", host_format(name), queue,
              enabled, describe(app))
+    from ..daemon.rabbitmq import check_consumer_timeout
+
+    if (verdict := check_consumer_timeout(daemon_config(config))) is not None:
+        log.log(verdict[0], "worker: %s", verdict[1])
     return run_celery(app, worker_argv(queue=queue, name=name, loglevel=args.worker_loglevel,
                                        concurrency=args.concurrency))
 

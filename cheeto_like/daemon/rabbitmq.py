@@ -20,6 +20,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config import DaemonConfig
+
 RABBITMQ_BIN = Path(os.environ.get("CHEETO_RABBITMQ_BIN", "/usr/lib/rabbitmq/bin"))
 NODE_NAME = "cheeto@localhost"
 _LOOPBACK_DIST = "-kernel inet_dist_use_interface {127,0,0,1}"
@@ -41,6 +43,7 @@ class RabbitNode:
     dist_port: int
     epmd_port: int
     ctl_port_min: int
+    consumer_timeout_ms: int = 3_660_000  # required_consumer_timeout_ms(task_time_limit)
 
     @property
     def url(self) -> str:
@@ -98,6 +101,7 @@ class RabbitNode:
             f"management.tcp.port = {self.mgmt_port}",
             "log.console = false",
             "log.file.level = info",
+            f"consumer_timeout = {self.consumer_timeout_ms}",
         ]) + "\n")
 
     def epmd_argv(self) -> list[str]:
@@ -115,3 +119,76 @@ class RabbitNode:
 
     def server_argv(self) -> list[str]:
         return [str(RABBITMQ_BIN / "rabbitmq-server")]
+
+
+# -- the broker's consumer_timeout (issue 25) --------------------------------------------
+
+CONSUMER_TIMEOUT_MARGIN_S = 60  # RabbitMQ checks the timeout about once a minute
+
+
+def required_consumer_timeout_ms(task_time_limit: int) -> int:
+    """What the broker's ``consumer_timeout`` must be at least: a late-acked task holds
+    its delivery unacknowledged for its whole run (up to the hard limit), and a delivery
+    past the timeout is taken back and redelivered, so the run would happen twice."""
+    return (task_time_limit + CONSUMER_TIMEOUT_MARGIN_S) * 1000
+
+
+def how_to_set(required_ms: int) -> str:
+    return (f"set `consumer_timeout = {required_ms}` in rabbitmq.conf and restart the broker "
+            f"(RabbitMQ 3.12+ also takes a policy: rabbitmqctl set_policy cheeto-timeout "
+            f"'^(cheeto|slurm\\..+)$' '{{\"consumer-timeout\": {required_ms}}}' --apply-to "
+            f"queues); see docs/rabbitmq.md")
+
+
+def judge_consumer_timeout(task_time_limit: int, read_ms: int | None, *, read: bool,
+                           declared_ms: int | None, why_unread: str | None = None
+                           ) -> tuple[int, str]:
+    """(log level, one line) about the broker's consumer_timeout for a worker's start.
+
+    ``read`` says whether ``read_ms`` came from the broker (``None`` then means "no
+    timeout"); otherwise ``declared_ms`` (``daemon.broker_consumer_timeout_ms``) stands
+    in, and without it the line warns that the value could not be checked."""
+    import logging
+
+    required = required_consumer_timeout_ms(task_time_limit)
+    if read:
+        value, source = read_ms, "the broker's consumer_timeout"
+    elif declared_ms is not None:
+        value = declared_ms or None
+        source = (f"daemon.broker_consumer_timeout_ms (the broker's own could not be read: "
+                  f"{why_unread})")
+    else:
+        return logging.WARNING, (
+            f"cannot read the broker's consumer_timeout ({why_unread}); it must be at least "
+            f"{required} ms (daemon.task_time_limit {task_time_limit} s + "
+            f"{CONSUMER_TIMEOUT_MARGIN_S} s) or a run longer than it is redelivered and runs "
+            f"twice: {how_to_set(required)}, then say so in daemon.broker_consumer_timeout_ms")
+    if value is None:
+        return logging.INFO, f"{source}: none (deliveries never time out)"
+    if value < required:
+        return logging.WARNING, (
+            f"{source} is {value} ms, below daemon.task_time_limit {task_time_limit} s: a run "
+            f"longer than {value / 1000:g} s is redelivered and runs twice; "
+            f"{how_to_set(required)}")
+    return logging.INFO, f"{source} is {value} ms (>= {required} ms needed): fine"
+
+
+def check_consumer_timeout(daemon: DaemonConfig) -> tuple[int, str] | None:
+    """The worker's start-up line about the broker's consumer_timeout (None for a broker
+    that is not RabbitMQ): read with ``daemon.rabbitmqctl`` where the node is reachable,
+    else judged from ``daemon.broker_consumer_timeout_ms``, else a warning saying what
+    to set."""
+    import asyncio
+
+    from ..adapters.rabbitmqctl import consumer_timeout_ms
+    from ..errors import ExternalError
+
+    if not daemon.broker_url.startswith(("amqp://", "amqps://", "pyamqp://")):
+        return None
+    try:
+        value, read, why = asyncio.run(consumer_timeout_ms(daemon.rabbitmqctl)), True, None
+    except ExternalError as exc:
+        value, read, why = None, False, exc.message
+    return judge_consumer_timeout(daemon.task_time_limit, value, read=read,
+                                  declared_ms=daemon.broker_consumer_timeout_ms,
+                                  why_unread=why)

@@ -222,8 +222,12 @@ def plan_stack(config: Config, options: StackOptions) -> StackPlan:
     if broker == "rabbitmq":
         node = rabbitmq.RabbitNode(run / "rabbitmq", amqp_port=free_port(),
                                    mgmt_port=free_port(), dist_port=free_port(),
-                                   epmd_port=free_port(), ctl_port_min=_ctl_base())
+                                   epmd_port=free_port(), ctl_port_min=_ctl_base(),
+                                   consumer_timeout_ms=rabbitmq.required_consumer_timeout_ms(
+                                       config.daemon.task_time_limit if config.daemon
+                                       else 3600))
         node.prepare()
+        daemon_raw["broker_consumer_timeout_ms"] = node.consumer_timeout_ms
         env = node.env()
         services.append(ServiceSpec("epmd", node.epmd_argv(), env=env, ready=node.epmd_answers,
                                     stop_timeout=5))

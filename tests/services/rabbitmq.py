@@ -66,12 +66,20 @@ class RabbitMQ:
         *,
         management: bool = False,
         startup_timeout: float = 60.0,
+        consumer_timeout_ms: int = 3_660_000,
+        channel_tick_ms: int | None = None,
     ) -> None:
         """`base_dir` is a parent directory; a fresh subdirectory of it becomes BASE.
 
         `management` enables the HTTP API/UI plugin on its own free port (~+0.8 s boot).
         """
         self._parent = base_dir
+        # the documented broker setting (docs/rabbitmq.md): at least the daemon's
+        # task_time_limit (3600 s) + 60 s, or a long run is redelivered and runs twice
+        self.consumer_timeout_ms = consumer_timeout_ms
+        # RabbitMQ checks consumer timeouts on each channel tick (about a minute); a test
+        # that wants one enforced sooner shortens it
+        self.channel_tick_ms = channel_tick_ms
         self.management = management
         self.startup_timeout = startup_timeout
         self.base = Path()
@@ -208,6 +216,7 @@ class RabbitMQ:
             "loopback_users.guest = true",
             "log.console = false",
             "log.file.level = info",
+            f"consumer_timeout = {self.consumer_timeout_ms}",
         ]
         if self.management:
             lines += ["management.tcp.ip = 127.0.0.1", f"management.tcp.port = {self.mgmt_port}"]
@@ -221,7 +230,9 @@ class RabbitMQ:
         cookie.write_text(secrets.token_hex(16).upper())
         cookie.chmod(0o400)  # erl refuses a cookie that others can read
         (base / "rabbitmq-env.conf").write_text("")
-        (base / "advanced.config").write_text("[].\n")
+        tick = (f"{{rabbit, [{{channel_tick_interval, {self.channel_tick_ms}}}]}}"
+                if self.channel_tick_ms else "")
+        (base / "advanced.config").write_text(f"[{tick}].\n")
         (base / "rabbitmq.conf").write_text(self._rabbitmq_conf())
         plugins = "[rabbitmq_management]." if self.management else "[]."
         (base / "enabled_plugins").write_text(plugins + "\n")
