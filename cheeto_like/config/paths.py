@@ -35,6 +35,13 @@ def runtime_directory() -> Path | None:
     return Path(value) if value and os.path.isabs(value) else None
 
 
+def default_beat_schedule() -> Path:
+    """Beat's schedule file: in the unit's (or container's) state directory when there is
+    one, else the classic ``/var/lib/cheeto/celerybeat-schedule``."""
+    state = state_directory()
+    return (state or Path("/var/lib/cheeto")) / "celerybeat-schedule"
+
+
 def xdg_data_home() -> Path:
     return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
 
