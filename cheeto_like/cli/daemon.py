@@ -221,6 +221,15 @@ async def _send_and_wait(ctx: Any, app: Any, spec: Any, sites: list[str] | list[
     failed = 0
     for row, (site, result) in zip(rows, sent, strict=True):
         outcome = await asyncio.to_thread(wait_for, result, deadline - time.monotonic())
+        running = (outcome.result or {}).get("running_task") \
+            if outcome.state == "skipped" and isinstance(outcome.result, dict) else None
+        if running and running != result.id:
+            # another run holds the task's lease: follow it, its result is this one's
+            row["running_task"] = running
+            ctx.out.info(f"{esc(_label(spec, site))}: already running: run {esc(running)}; "
+                         "waiting for it")
+            outcome = await asyncio.to_thread(wait_for, app.AsyncResult(running),
+                                              deadline - time.monotonic())
         if outcome.state == "timeout":
             outcome.error = (f"no result within {args.timeout:g}s: still queued (does a "
                              f"worker consume queue {row['queue']} on "
@@ -244,7 +253,9 @@ def _(parser: a.Parser) -> None:
                         help="a site to run for (repeatable; default the task's sites, "
                              "else daemon.sites)")
     parser.add_argument("--wait", action="store_true",
-                        help="wait for every run and print its result (exit 1 if any failed)")
+                        help="wait for every run and print its result (exit 1 if any failed or "
+                             "timed out); a run already going (its lease held by another "
+                             "run) is followed: its result is reported")
     parser.add_argument("--timeout", type=float, default=WAIT_TIMEOUT_S, metavar="SECONDS",
                         help=f"with --wait: give up after this many seconds (default "
                              f"{WAIT_TIMEOUT_S:g}; exit 1)")

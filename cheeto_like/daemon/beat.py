@@ -37,7 +37,7 @@ import contextlib
 import logging
 import threading
 import time
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from celery.beat import PersistentScheduler
@@ -66,7 +66,7 @@ class StoreClock:
         self.tz = tz
 
     def __call__(self) -> datetime:
-        return datetime.now(timezone.utc).astimezone(self.tz) + timedelta(
+        return datetime.now(UTC).astimezone(self.tz) + timedelta(
             seconds=StoreClock.offset_s)
 
 
@@ -104,9 +104,8 @@ class Leadership:
         asyncio.run(self._main())
 
     async def _pause(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self._stop.is_set() and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
+        # the stop flag is a threading.Event (set from beat's thread): poll it
+        await asyncio.to_thread(self._stop.wait, seconds)
 
     async def _main(self) -> None:
         from pymongo.errors import PyMongoError
@@ -193,7 +192,7 @@ class ScheduleState:
             StoreClock.offset_s = 0.0
             return
         if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
+            when = when.replace(tzinfo=UTC)
         StoreClock.offset_s = when.timestamp() - (before + after) / 2
 
     def read(self) -> dict[str, int]:
@@ -274,11 +273,11 @@ class CheetoScheduler(PersistentScheduler):
             entry.schedule.nowfun = self._clock
             last_ms = sent.get(name)
             if last_ms is None:
-                seed = min(entry.last_run_at.astimezone(timezone.utc)
+                seed = min(entry.last_run_at.astimezone(UTC)
                            if entry.last_run_at.tzinfo else now, now)
                 last_ms = _ms(seed)
                 state.record(name, last_ms, holder=leader.holder, task_id=None)
-            entry.last_run_at = datetime.fromtimestamp(last_ms / 1000, tz=timezone.utc) \
+            entry.last_run_at = datetime.fromtimestamp(last_ms / 1000, tz=UTC) \
                 .astimezone(self.app.timezone)
             due, next_s = entry.is_due()
             if not due:

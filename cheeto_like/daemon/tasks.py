@@ -125,8 +125,22 @@ async def resolve_author(store: Store, author: str) -> str:
     return author
 
 
+LIVE_COLLECTION = "task_live"  # the Celery task id holding each task lease
+
+
+async def running_task(key: str, site: str) -> str | None:
+    """The Celery task id of the run holding the lease ``key:site`` (None when unknown:
+    the record names another holder than the lease, or is gone)."""
+    leases = SyncLease.get_pymongo_collection()
+    lease_doc = await leases.find_one({"_id": f"{key}:{site}"})
+    live = await leases.database[LIVE_COLLECTION].find_one({"_id": f"{key}:{site}"})
+    if lease_doc is None or live is None or live.get("holder") != lease_doc.get("holder"):
+        return None
+    return str(live["task_id"])
+
+
 async def _locked_run(config: Config, spec: TaskSpec, block: TaskBlock, site: str,
-                      body: Body) -> dict[str, Any]:
+                      body: Body, task_id: str | None = None) -> dict[str, Any]:
     daemon = daemon_config(config)
     store = await connect(config.mongo, autostart=False, long_running=True)
     try:
@@ -136,10 +150,26 @@ async def _locked_run(config: Config, spec: TaskSpec, block: TaskBlock, site: st
         await clear_dead_leases(store)
         async with AsyncExitStack() as stack:
             try:
-                await stack.enter_async_context(lease(store, key, site, ttl=ttl))
+                held = await stack.enter_async_context(lease(store, key, site, ttl=ttl))
             except Busy as exc:
+                running = await running_task(key, site)
+                if running is not None and running == task_id:
+                    # the broker redelivered the message of the run that holds the lease
+                    # (a broker restart, a consumer timeout): storing "skipped" under its
+                    # id would end `enqueue --wait` while the run goes on; store nothing
+                    from celery.exceptions import Ignore
+
+                    log.warning("%s %s: a redelivered copy of run %s, which is still "
+                                "running; dropped", spec.name, site, task_id)
+                    raise Ignore() from None
                 log.info("%s %s skipped: %s", spec.name, site, exc.message)
-                return {"status": "skipped", "reason": exc.message}
+                return {"status": "skipped", "reason": exc.message, "running_task": running}
+            if task_id:
+                live = SyncLease.get_pymongo_collection().database[LIVE_COLLECTION]
+                await live.replace_one(
+                    {"_id": f"{key}:{site}"},
+                    {"_id": f"{key}:{site}", "task_id": task_id, "holder": held.holder},
+                    upsert=True)
             detail = await body(store, config, block, site, author)
         return {"status": "ok", **detail}
     finally:
@@ -160,7 +190,7 @@ def run_task(task: Task, name: str, site: str | None, body: Body) -> dict[str, A
                              f"from {spec.queue(site)!r} (on the site's head node)")
         config = current_config(task.app)
         block = task_block(config, spec)
-        outcome = asyncio.run(_locked_run(config, spec, block, site, body))
+        outcome = asyncio.run(_locked_run(config, spec, block, site, body, request.id))
     except CheetoError as exc:  # Celery logs these "expected" failures at INFO only
         log.error("%s %s failed: %s: %s", name, site, type(exc).__name__, exc.message)
         raise

@@ -57,9 +57,9 @@ def queued(broker: RabbitMQ, vhost: str = "/") -> int:
     return int(counts.get("cheeto", 0)) + int(counts.get("cheeto-expired", 0))
 
 
-async def until(check: Callable[[], Any], timeout: float, what: str,
+async def until(check: Callable[[], Any], within: float, what: str,
                 *procs: DaemonProcess) -> Any:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if value := check():
             return value
@@ -67,7 +67,7 @@ async def until(check: Callable[[], Any], timeout: float, what: str,
             assert proc.proc.poll() is None, proc.output()
         await asyncio.sleep(0.2)
     logs = "\n".join(f"--- {' '.join(p.args)}\n{p.output()[-3000:]}" for p in procs)
-    raise AssertionError(f"{what} not within {timeout}s\n{logs}")
+    raise AssertionError(f"{what} not within {within}s\n{logs}")
 
 
 def make_config(path: Path, mongo: dict[str, Any], broker: str, schedule: Any) -> Path:

@@ -18,8 +18,8 @@ from tests.services.rabbitmq import RabbitMQ
 from .celery_harness import DaemonProcess, mongo_block, write_config
 
 
-async def started(proc: DaemonProcess, marker: str, timeout: float = 90.0) -> str:
-    deadline = time.monotonic() + timeout
+async def started(proc: DaemonProcess, marker: str, within: float = 90.0) -> str:
+    deadline = time.monotonic() + within
     while marker not in proc.output():
         assert proc.proc.poll() is None, proc.output()
         assert time.monotonic() < deadline, proc.output()
