@@ -710,6 +710,33 @@ async def test_columns_push_every_field_with_null_for_none_in_one_group(empty_db
     assert await columns(User, {"name": "nobody"}, "name") == []
 
 
+async def test_grouped_reads_in_parts_limit_and_id_ranges(empty_db, monkeypatch):
+    """``models.base.grouped_columns`` in parts (16 MiB replies, issue 24): ``$limit``
+    before ``$group`` answers that many documents; ``_id`` ranges (``$gte``/``$lt`` on
+    hex prefixes, beside a field equality) hold each uuid id exactly once; a read past
+    the probe comes back whole."""
+    from cheeto_like.models import base
+
+    await UserSiteInfo.insert_many([UserSiteInfo(user=f"u{i}", site="farm") for i in range(40)])
+    collection = UserSiteInfo.get_pymongo_collection()
+    limited = await (await collection.aggregate([
+        {"$match": {"site": "farm"}}, {"$limit": 7},
+        {"$group": {"_id": None, "v0": {"$push": "$user"}}}])).to_list()
+    assert len(limited[0]["v0"]) == 7
+    seen: list[str] = []
+    for i in range(5):
+        lo, hi = base.ID_SPAN * i // 5, base.ID_SPAN * (i + 1) // 5
+        part = await (await collection.aggregate([
+            {"$match": base.in_id_range({"site": "farm"}, lo, hi)},
+            {"$group": {"_id": None, "v0": {"$push": "$user"}}}])).to_list()
+        seen.extend(part[0]["v0"] if part else [])
+    assert sorted(seen) == sorted(f"u{i}" for i in range(40))
+    monkeypatch.setattr(base, "PROBE_ROWS", 5)
+    monkeypatch.setattr(base, "PART_BYTES", 100)
+    found = await base.grouped(UserSiteInfo, {"site": "farm"}, "site", "user")
+    assert sorted(found["farm"]) == sorted(f"u{i}" for i in range(40))
+
+
 async def test_one_row_group_counts_and_takes_the_latest_datetime_of_a_dotted_path(empty_db):
     """``sync.ldap_mark.fingerprint``: ``$group`` on null with ``$sum: 1`` and ``$max`` of
     ``ldap.modified_at``/``updated_at`` answers one row; the max is opaque (the embedded
