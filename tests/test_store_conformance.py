@@ -824,6 +824,43 @@ async def test_bulk_write_of_set_upserts_by_id_creates_and_updates_in_one_comman
     assert [d["_id"] async for d in steps.find({})] == ["r2:0"]
 
 
+async def test_lease_take_renew_and_fence_compare_integer_expiries_by_the_store_clock(empty_db):
+    """``sync.lease``: the store's clock from ``hello`` (``localTime``); a takeover is a
+    ``find_one_and_replace`` filtered on ``_id`` and an integer ``expires_ms`` ``$lt``
+    that clock, a renewal one filtered on ``_id``, ``holder`` and ``expires_ms`` ``$gt``;
+    the fence before each command an ``update_one`` with that filter and an ``$inc`` of
+    one integer, whose ``matched_count`` says whether the lease is still the holder's.
+    (``$expr``/``$$NOW`` and update pipelines are not in the embedded store's subset.)"""
+    collection = empty_db.database["lease_probe"]
+    hello = await empty_db.database.command("hello")
+    now = int(hello["localTime"].replace(tzinfo=UTC).timestamp() * 1000)
+    await collection.insert_one({"_id": "slurm:farm", "holder": "a", "expires_ms": now + 60_000})
+    # live: no takeover; the holder's renewal and fence match
+    assert await collection.find_one_and_replace(
+        {"_id": "slurm:farm", "expires_ms": {"$lt": now}},
+        {"_id": "slurm:farm", "holder": "b", "expires_ms": now + 60_000}) is None
+    old = await collection.find_one_and_replace(
+        {"_id": "slurm:farm", "holder": "a", "expires_ms": {"$gt": now}},
+        {"_id": "slurm:farm", "holder": "a", "expires_ms": now + 90_000})
+    assert old is not None and old["expires_ms"] == now + 60_000
+    fenced = await collection.update_one(
+        {"_id": "slurm:farm", "holder": "a", "expires_ms": {"$gt": now + 89_000}},
+        {"$inc": {"fences": 1}})
+    assert fenced.matched_count == 1
+    for refused in ({"holder": "b", "expires_ms": {"$gt": now}},  # someone else's
+                    {"holder": "a", "expires_ms": {"$gt": now + 90_000}}):  # too late
+        assert (await collection.update_one({"_id": "slurm:farm", **refused},
+                                            {"$inc": {"fences": 1}})).matched_count == 0
+    assert (await collection.find_one({"_id": "slurm:farm"}))["fences"] == 1
+    # expired by the store's clock: taken over by another holder, whole document
+    taken = await collection.find_one_and_replace(
+        {"_id": "slurm:farm", "expires_ms": {"$lt": now + 100_000}},
+        {"_id": "slurm:farm", "holder": "b", "expires_ms": now + 160_000})
+    assert taken is not None and taken["holder"] == "a"
+    assert await collection.find_one({"_id": "slurm:farm"}) == {
+        "_id": "slurm:farm", "holder": "b", "expires_ms": now + 160_000}
+
+
 async def test_sign_in_failure_logs_push_with_slice_upsert_and_sweep(empty_db):
     """``auth.ratelimit``: the store's clock from ``hello`` (``localTime``), then one
     ``bulk_write`` of upserts by ``_id`` outside any transaction, each a ``$push`` of an

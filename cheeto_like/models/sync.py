@@ -63,7 +63,7 @@ class SyncRun(Document):
     # whatever the plan's size); runs from before keep theirs, read by ``run_items``
     error: str | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
-    holder: str | None = None  # host:pid:nonce of the process running it
+    holder: str | None = None  # host:pid:nonce:identity of its process (sync.lease)
     lease: str | None = None  # the lease (``<target>:<site>``) it ran under, if any
 
     class Settings:
@@ -117,17 +117,23 @@ class SyncStep(Document):
 
 
 class SyncLease(Document):
-    """``_id`` is ``<target>:<site>``; a lease past ``expires_at`` may be taken over.
+    """``_id`` is ``<target>:<site>``; a lease past ``expires_ms`` by the store's clock
+    may be taken over (``sync.lease``).
 
-    ``expires_ms`` (epoch milliseconds, derived from ``expires_at``) is what a takeover's
-    filter compares: the embedded store does not compare a datetime written by a
-    replace reliably (tests/test_store_conformance.py), integers it does."""
+    ``expires_ms`` (epoch milliseconds of the store's clock at the last take or renewal,
+    plus the TTL) is what a takeover's, a renewal's and a fence's filters compare: the
+    embedded store does not compare a datetime written by a replace reliably
+    (tests/test_store_conformance.py), integers it does. ``expires_at`` is the same time
+    for people; ``acquired_at`` when it was taken (kept by renewals, for the alert
+    digest's "held for hours"); ``fences`` counts the commands it fenced since the last
+    renewal (``Held.fence``, an ``$inc``)."""
 
     id: str  # type: ignore[assignment]
-    holder: str
+    holder: str  # host:pid:nonce:identity (sync.lease.holder_name)
     acquired_at: datetime = Field(default_factory=utcnow)
     expires_at: datetime
     expires_ms: int = 0
+    fences: int = 0
 
     @model_validator(mode="after")
     def _expiry_in_ms(self) -> SyncLease:

@@ -86,7 +86,7 @@ from .ldap_plan import (
     plan,
 )
 from .ldap_state import GROUP_ATTRS, USER_ATTRS, Layout, RecordKey
-from .lease import Held, holder_name, maybe_lease
+from .lease import Held, LeaseLost, holder_name, maybe_lease
 from .report import ItemOutcomes
 from .runs import RunJournal, check_budget, close_stale_runs
 
@@ -177,13 +177,17 @@ async def apply_plan(planned: Plan, directory: Directory, *, concurrency: int = 
     progress.begin(sum(len(b.changes) for b in planned.batches), "LDAP changes")
 
     for batch in planned.batches:
-        if held is not None and held.lost is not None:
-            fatal.append(held.lost)
-        if journal is not None:
+        if journal is not None:  # fences the lease (store clock, holder) before a batch
             ahead = removed + sum(c.removals for c in batch.changes)
-            await journal.write(_stored_items(items), removed=ahead,
-                                progress={"batch": batch.label, "changes": len(batch.changes),
-                                          "done": len(items)})
+            try:
+                await journal.write(_stored_items(items), removed=ahead, fence=not fatal,
+                                    progress={"batch": batch.label,
+                                              "changes": len(batch.changes),
+                                              "done": len(items)})
+            except LeaseLost:
+                pass  # ``held.lost`` says why: every change from here is skipped
+        if held is not None and held.gone() is not None and not fatal:
+            fatal.append(held.lost)
         limit = asyncio.Semaphore(1 if batch.label in SEQUENTIAL_BATCHES else max(concurrency, 1))
         skip_reason = "skipped: an earlier step failed" if batch.kind == "delete" and failed \
             else None
@@ -196,7 +200,7 @@ async def apply_plan(planned: Plan, directory: Directory, *, concurrency: int = 
                 return SyncItem(**base, outcome="skipped",
                                 detail=skip or f"skipped: {fatal[0]}")
             async with limit:
-                if held is not None and held.lost is not None and not fatal:
+                if held is not None and held.gone() is not None and not fatal:
                     fatal.append(held.lost)
                 if fatal:
                     return SyncItem(**base, outcome="skipped", detail=f"skipped: {fatal[0]}")
@@ -423,7 +427,7 @@ async def _run(store: Store, config: LDAPConfig, site: str, *, scope: Scope,
                               "max_deletions": max_deletions})
     async with store.exclusive():
         await sync_run.insert()
-    journal = RunJournal(store, sync_run)
+    journal = RunJournal(store, sync_run, held=held)
     report: Report | None = None
     try:
         for user in sorted(scope.only_users or ()):

@@ -21,12 +21,21 @@ ends by writing the outcomes that changed (``RunJournal.finish``: only ``outcome
 steps into its items (``close_stale_runs``). Until then, whoever reads a ``running``
 run's items reads ``queries.sync_runs.live_items``.
 
+Why fencing here: ``RunJournal.steps`` is the write before each outside command, so an
+apply's journal carries its lease (``held``) and proves it there (``Held.fence``: one
+conditional write on the lease document, then the steps): a holder whose lease was
+taken over, or that could not renew it in time by the store's clock, writes no step and
+runs no command (``LeaseLost``).
+
 Why crash detection here: nothing runs when a process dies, so whoever looks next closes
 the run. A ``running`` run is stale when the lease it ran under is no longer its holder's
-(expired, taken or released), or, for a run without a lease (a dry run), when its holder
-was a process on this host that no longer runs (also true of a lease-bound run). Runs
-that do not name their holder are left alone. Stale runs become ``crashed``, with the
-removals their ``ok``/``started`` items made, so the deletion budget still counts them.
+(expired by the store's clock, taken or released): the lease's own renewals are its
+liveness. A holder that is provably a process of the closer's own pid namespace and
+kernel boot that has ended (``lease.holder_is_gone``) is stale at once, lease or not
+(the only liveness judged for a dry run, which takes no lease); a holder of another
+namespace or host never is. Runs that do not name their holder are left alone. Stale
+runs become ``crashed``, with the removals their ``ok``/``started`` items made, so the
+deletion budget still counts them.
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ from ..models.fields import utcnow
 from ..models.sync import SyncItem, epoch_ms
 from ..queries.sync_runs import overlay, run_items, run_steps
 from ..store import Store
-from .lease import holder_is_gone
+from .lease import Held, holder_is_gone, store_time
 
 BUDGET_WINDOW = timedelta(hours=24)
 ITEM_BATCH = 1000  # SyncRunItem writes per bulk_write: a few hundred KB, whatever the plan
@@ -62,22 +71,26 @@ def step_id(run_id: str, index: int) -> str:
 class RunJournal:
     """Writes a run's items ahead of the commands they describe: each item once
     (``write``), then one small write per step (``steps``), then the outcomes that
-    changed (``finish``), never the list again."""
+    changed (``finish``), never the list again. With ``held`` (an apply's lease) each
+    step first fences the lease (``Held.fence``)."""
 
-    def __init__(self, store: Store, run: SyncRun) -> None:
-        self.store, self.run = store, run
+    def __init__(self, store: Store, run: SyncRun, *, held: Held | None = None) -> None:
+        self.store, self.run, self.held = store, run, held
         self.items: list[SyncItem] = []  # the list last written whole; steps change it
         self.stored: list[tuple[str, str]] = []  # (outcome, detail) of each stored item
         self.writes = 0
         self.stepped = False
 
     async def write(self, items: list[SyncItem], *, removed: int | None = None,
-                    **extra: Any) -> None:
+                    fence: bool = False, **extra: Any) -> None:
         """Store ``items`` as the run's items (the plan, or LDAP's list so far, which only
         grows) and the run's removal count and ``extra``. Items already stored are
         rewritten only where their outcome or detail changed. ``removed`` overrides the
         count from ``items`` (a run that stores only some of its items, or counts a
-        whole batch before it starts)."""
+        whole batch before it starts). ``fence`` (LDAP, before each batch of changes):
+        prove the lease first, as ``steps`` does (``LeaseLost``, nothing written)."""
+        if fence and self.held is not None:
+            await self.held.fence(self.store)
         await self._store_items(items)
         fields: dict[str, Any] = {"counts.removed": removed_by(items) if removed is None
                                   else removed}
@@ -117,21 +130,33 @@ class RunJournal:
                 await collection.bulk_write(ops[start:start + ITEM_BATCH], ordered=True)
         self.stored = [(i.outcome, i.detail) for i in items]
 
-    async def steps(self, indexes: Iterable[int]) -> None:
+    async def steps(self, indexes: Iterable[int], *, fence: bool = True) -> None:
         """Record the current outcome and detail of the items at ``indexes`` (of the list
         given to ``write``) in one round trip: a ``bulk_write`` of upserts by ``_id``, one
-        small document per item, so a step's cost does not grow with the plan."""
+        small document per item, so a step's cost does not grow with the plan.
+
+        Before a command (``fence``, with a lease) the lease is proved first, in the
+        store: ``LeaseLost`` and nothing written when it is no longer this run's; after
+        the write the deadline is checked again, so the command starts only while the
+        lease is still ours by the store's clock. The closing write after the last
+        command passes ``fence=False`` (it records what ran; nothing follows it)."""
+        fencing = fence and self.held is not None
+        if fencing:
+            assert self.held is not None
+            await self.held.fence(self.store)
         ops = [UpdateOne({"_id": step_id(self.run.id, n)},
                          {"$set": {"run": self.run.id, "index": n,
                                    "outcome": self.items[n].outcome,
                                    "detail": self.items[n].detail}}, upsert=True)
                for n in indexes]
-        if not ops:
-            return
-        async with self.store.exclusive():
-            await SyncStep.get_pymongo_collection().bulk_write(ops, ordered=True)
-        self.stepped = True
-        self.writes += 1
+        if ops:
+            async with self.store.exclusive():
+                await SyncStep.get_pymongo_collection().bulk_write(ops, ordered=True)
+            self.stepped = True
+            self.writes += 1
+        if fencing:
+            assert self.held is not None
+            self.held.check()
 
     async def discard_steps(self) -> None:
         """Drop the run's step documents, once the run itself holds every outcome."""
@@ -142,16 +167,18 @@ class RunJournal:
         self.stepped = False
 
 
-def _stale(doc: dict[str, Any], leases: dict[str, dict[str, Any]], now: Any) -> bool:
+def _stale(doc: dict[str, Any], leases: dict[str, dict[str, Any]], now_ms: int) -> bool:
+    """``now_ms``: the store's clock (never ahead of it), so a run is judged by its
+    lease's renewals alone, whatever this host's clock says."""
     holder, key = doc.get("holder"), doc.get("lease")
     if holder is None:  # a run that does not name its process (HiPPO, IAM): never judged
         return False
-    if holder_is_gone(holder):
+    if holder_is_gone(holder):  # provably ended, in this very pid namespace
         return True
     if key is not None:
         current = leases.get(key)
         return current is None or current["holder"] != holder or \
-            current.get("expires_ms", epoch_ms(current["expires_at"])) < epoch_ms(now)
+            current.get("expires_ms", epoch_ms(current["expires_at"])) < now_ms
     return False
 
 
@@ -167,11 +194,12 @@ async def close_stale_runs(store: Store, *, target: str | None = None,
     if not running:
         await drop_finished_steps(store)
         return []
+    # the clock first: a lease renewed after the reading is then still seen as live
+    now_ms = (await store_time(store)).ms
     leases = {doc["_id"]: doc async for doc in SyncLease.get_pymongo_collection().find({})}
-    now = utcnow()
     closed = []
     for doc in running:
-        if not _stale(doc, leases, now):
+        if not _stale(doc, leases, now_ms):
             continue
         steps = await run_steps(str(doc["_id"]))
         items = overlay(await run_items(str(doc["_id"])), steps)

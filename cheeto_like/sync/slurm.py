@@ -39,7 +39,7 @@ from ..models.fields import utcnow
 from ..models.sync import SyncItem
 from ..queries.site import get_site
 from ..store import Store
-from .lease import DEFAULT_TTL, Held, holder_name, maybe_lease
+from .lease import DEFAULT_TTL, Held, LeaseLost, holder_name, maybe_lease
 from .report import ItemOutcomes
 from .runs import RunJournal, check_budget, close_stale_runs, removed_by
 from .slurm_actual import Policy, StateReader, actual_state, with_deletion_facts
@@ -87,7 +87,9 @@ async def apply_plan(planned: Plan, runner: CommandRunner, *, max_deletions: int
     marked ``started`` in the store before its process starts (write-ahead): one
     ``journal.steps`` round trip carrying that start and the outcomes settled since the
     last one (the previous command's, and any skipped in between), so the writes per
-    command stay a handful of small documents however long the plan is."""
+    command stay a handful of small documents however long the plan is. A journal with
+    the lease fences it in that write (``RunJournal.steps``): once the lease is no
+    longer this run's, the command and every one after it are ``skipped``, unrun."""
     check_guard(planned, max_deletions)
     steps = [(batch, command) for batch in planned.batches for command in batch.commands]
     items = [SyncItem(batch=batch.label, command=str(command), targets=list(command.targets),
@@ -100,7 +102,7 @@ async def apply_plan(planned: Plan, runner: CommandRunner, *, max_deletions: int
     progress.begin(len(steps), "sacctmgr commands")
     for index, ((batch, command), item) in enumerate(zip(steps, items, strict=True)):
         progress.advance()
-        if held is not None and held.lost is not None:
+        if held is not None and held.gone() is not None:
             for rest in items[index:]:
                 rest.outcome, rest.detail = "skipped", f"skipped: {held.lost}"
             break
@@ -110,7 +112,12 @@ async def apply_plan(planned: Plan, runner: CommandRunner, *, max_deletions: int
             continue
         item.outcome = "started"
         if journal is not None:
-            await journal.steps([*settled, index])
+            try:
+                await journal.steps([*settled, index])
+            except LeaseLost as exc:  # fenced out: nothing written, the command not run
+                for rest in items[index:]:
+                    rest.outcome, rest.detail = "skipped", f"skipped: {exc.message}"
+                break
         settled = [index]
         try:
             result = await runner.run(command.args, write=True)
@@ -121,7 +128,8 @@ async def apply_plan(planned: Plan, runner: CommandRunner, *, max_deletions: int
         item.outcome, item.detail = _outcome(result)  # type: ignore[assignment]
         failed = failed or item.outcome == "failed"
     if journal is not None:
-        await journal.steps(settled)  # the last outcome, should the final save not come
+        # the last outcome, should the final save not come (records; runs nothing)
+        await journal.steps(settled, fence=False)
     return items
 
 
@@ -181,7 +189,7 @@ async def _run(store: Store, site: str, cluster: str, *, reader: StateReader,
                   extra={"cluster": cluster, "offline": offline})
     async with store.exclusive():
         await run.insert()
-    journal = RunJournal(store, run)
+    journal = RunJournal(store, run, held=held)
     report: Report | None = None
     try:
         desired = await desired_state(site)

@@ -29,6 +29,7 @@ from cheeto_like.models.fields import utcnow
 from cheeto_like.operations import slurm as slurm_ops
 from cheeto_like.operations.group_membership import AddGroupMember
 from cheeto_like.operations.user import AddUserSshKey, SetUserStatus
+from cheeto_like.processes import process_identity
 from cheeto_like.queries.exports import sympa_emails, sympa_text
 from cheeto_like.queries.sync_runs import live_items
 from cheeto_like.store import Store
@@ -264,14 +265,17 @@ async def test_two_workers_racing_on_one_site_make_exactly_one_run(
 
 
 @pytest.fixture
-def dead_pid() -> int:
-    dead = subprocess.Popen(["true"])
+def dead_holder() -> str:
+    """The lease holder name of a process of this pid namespace that has ended."""
+    dead = subprocess.Popen(["sleep", "30"])
+    identity = process_identity(dead.pid)
+    dead.kill()
     dead.wait()
-    return dead.pid
+    return f"{HOST}:{dead.pid}:abcd1234:{identity}"
 
 
 async def test_a_lease_held_elsewhere_skips_but_a_dead_holders_lease_is_taken_over(
-        daemon, farm, workers, dead_pid):
+        daemon, farm, workers, dead_holder):
     task = daemon.app.tasks["cheeto.sympa_export"]
     held = SyncLease(id="task.sympa_export:farm", holder="otherhost:4242:abcd1234",
                      expires_at=utcnow() + timedelta(hours=1))
@@ -281,7 +285,7 @@ async def test_a_lease_held_elsewhere_skips_but_a_dead_holders_lease_is_taken_ov
     await held.delete()
 
     # a process on this host that no longer runs: a worker killed mid-task
-    stale = SyncLease(id="task.sympa_export:farm", holder=f"{HOST}:{dead_pid}:abcd1234",
+    stale = SyncLease(id="task.sympa_export:farm", holder=dead_holder,
                       expires_at=utcnow() + timedelta(hours=1))
     await stale.insert()
     result = await get(daemon, task.delay(SITE).id)

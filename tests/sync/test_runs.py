@@ -14,6 +14,7 @@ from cheeto_like.errors import GuardTripped
 from cheeto_like.models import SyncRun, SyncStep
 from cheeto_like.models.fields import utcnow
 from cheeto_like.models.sync import SyncItem
+from cheeto_like.processes import process_identity
 from cheeto_like.queries.alerts import build_digest
 from cheeto_like.queries.sync_runs import live_items, run_items
 from cheeto_like.sync.lease import holder_name, lease
@@ -29,9 +30,13 @@ from cheeto_like.web.dashboard.pages_operator import runs_context
 
 
 async def dead_holder() -> str:
-    proc = await asyncio.create_subprocess_exec("true")
+    """The holder name of a process of this pid namespace that has ended."""
+    proc = await asyncio.create_subprocess_exec("sleep", "30")
+    identity = process_identity(proc.pid)
+    assert identity is not None
+    proc.kill()
     await proc.wait()
-    return f"{os.uname().nodename}:{proc.pid}:gone"
+    return f"{os.uname().nodename}:{proc.pid}:gone:{identity}"
 
 
 async def test_only_runs_whose_holder_died_or_lost_the_lease_are_closed(db):
