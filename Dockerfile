@@ -37,6 +37,7 @@ RUN apt-get update \
  && install -d -o cheeto -g cheeto -m 0750 /var/lib/cheeto \
  && install -d -o cheeto -g cheeto -m 0700 /var/lib/cheeto/ssh \
  && install -d -o cheeto -g cheeto -m 0700 /var/lib/cheeto/store \
+ && install -d -o cheeto -g cheeto -m 0700 /var/lib/cheeto/state \
  && install -d -m 0755 /etc/cheeto /etc/cheeto/ssh /run/cheeto
 # the app lives at the path it was built at (the venv's entry points point there)
 COPY --from=builder /app /app
@@ -46,9 +47,16 @@ ENV PATH=/app/.venv/bin:$PATH \
     PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
     HOME=/var/lib/cheeto XDG_DATA_HOME=/var/lib/cheeto \
     CHEETO_CONFIG=/etc/cheeto/config.yaml \
+    STATE_DIRECTORY=/var/lib/cheeto/state \
     LD_LIBRARY_PATH=/usr/lib64:/usr/lib64/slurm \
     SLURM_CONF=/etc/slurm/slurm.conf
 WORKDIR /var/lib/cheeto
+# The state that must outlive a container: the API's token key (jwt.key, unless
+# api.jwt_key: store) and beat's schedule file. Mount a NAMED volume or a host directory
+# here (docker run -v cheeto-api-state:/var/lib/cheeto/state): the entrypoint refuses
+# to start an API whose key would be on the container's layer or an anonymous volume.
+# docs/deployment-containers.md.
+VOLUME ["/var/lib/cheeto/state"]
 # Non-root by default. Only a site worker starts as root (--user 0), to run munged as
 # the munge user; the entrypoint then drops to CHEETO_RUN_AS (default cheeto).
 USER cheeto

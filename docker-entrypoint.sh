@@ -9,7 +9,15 @@
 #     $CHEETO_SSH_DIR/git_id (0400) and GIT_SSH_COMMAND is exported with host keys
 #     VERIFIED (StrictHostKeyChecking=yes) against the baked GitHub keys plus, when
 #     mounted, $KNOWN_HOSTS (which adds to the baked keys, never replaces them).
-#  3. exec cheeto "$@" (as $CHEETO_RUN_AS when started as root).
+#  3. the API's token key (`daemon api` only): it must outlive the container, or a
+#     recreated container signs everyone out. The key is kept in the store
+#     (api.jwt_key: store), or its file (api.jwt_key_file, default
+#     $STATE_DIRECTORY/jwt.key = /var/lib/cheeto/state/jwt.key) is on a mounted volume
+#     or bind mount: its mount is looked up in $MOUNTINFO (/proc/self/mountinfo). The
+#     container's own layer, or an anonymous volume (docker run without -v for the
+#     image's VOLUME: gone with `docker run --rm` or a recreated container), is refused
+#     with one line, exit 2. CHEETO_EPHEMERAL_KEY=1 allows it (a throwaway demo).
+#  4. exec cheeto "$@" (as $CHEETO_RUN_AS when started as root).
 #
 # Every path can be overridden, and ROOT prefixes all of the defaults, so the tests run
 # this script against a temporary directory.
@@ -29,9 +37,12 @@ KNOWN_HOSTS=${KNOWN_HOSTS:-$ROOT/run/cheeto/known_hosts}
 BAKED_KNOWN_HOSTS=${BAKED_KNOWN_HOSTS:-$ROOT/etc/cheeto/ssh/known_hosts.github}
 CHEETO_SSH_DIR=${CHEETO_SSH_DIR:-$ROOT/var/lib/cheeto/ssh}
 CHEETO_RUN_AS=${CHEETO_RUN_AS:-cheeto}
+MOUNTINFO=${MOUNTINFO:-/proc/self/mountinfo}
+CHEETO_EPHEMERAL_KEY=${CHEETO_EPHEMERAL_KEY:-}
 
 say() { printf 'docker-entrypoint: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
+die_config() { say "error: $*"; exit 2; }
 
 is_root=false
 [ "$(id -u)" = 0 ] && is_root=true
@@ -100,7 +111,60 @@ if [ -f "$GIT_SSH_KEY" ]; then
     say "git deploy key installed; host keys from $known"
 fi
 
-# -- 3. cheeto --------------------------------------------------------------------------------
+# -- 3. the API's token key ---------------------------------------------------------------
+# Is this `cheeto [options] daemon api ...` (and not a quick --help)?
+is_api=false
+previous=
+for arg in "$@"; do
+    case $arg in
+        -h|--help|--key-path) is_api=false; break ;;
+        -*) ;;
+        *) [ "$previous" = daemon ] && [ "$arg" = api ] && is_api=true
+           previous=$arg ;;
+    esac
+done
+
+# The mount holding PATH, as "<root in its file system> <mount point>" (the longest mount
+# point that is PATH or one of its parents; octal escapes as mountinfo writes them).
+mount_of() {
+    awk -v path="$1" '
+        function unescape(s) { gsub(/\\040/, " ", s); gsub(/\\011/, "\t", s); return s }
+        { point = unescape($5)
+          if (point == "/" || path == point || index(path, point "/") == 1) {
+              if (length(point) > best) { best = length(point); found = unescape($4) " " point }
+          } }
+        END { print found }' "$MOUNTINFO"
+}
+
+if $is_api && [ -z "$CHEETO_EPHEMERAL_KEY" ]; then
+    # cheeto says why in one line when it cannot tell (a bad config): exit with its code
+    key=$(cheeto "$@" --key-path) || exit $?
+    if [ "$key" != store ]; then
+        [ -r "$MOUNTINFO" ] || die_config "cannot read $MOUNTINFO to check the token key's volume"
+        mount=$(mount_of "$key")
+        source_root=${mount%% *}
+        point=${mount#* }
+        case $key in /*) ;; *) point=/ ;; esac
+        if [ -z "$mount" ] || [ "$point" = / ]; then
+            die_config "the API's token key $key is not on a volume: a recreated container" \
+                "would make a new key and sign everyone out. Mount a volume at" \
+                "$(dirname "$key") (docker run -v cheeto-api-state:$(dirname "$key")), or" \
+                "set api.jwt_key: store (docs/deployment-containers.md)"
+        fi
+        case $source_root in
+            */volumes/[0-9a-f][0-9a-f][0-9a-f][0-9a-f]*[0-9a-f]/_data)
+                anonymous=${source_root%/_data}
+                anonymous=${anonymous##*/}
+                if [ "${#anonymous}" -eq 64 ]; then
+                    die_config "the API's token key $key is on an anonymous volume ($point):" \
+                        "it is gone with the container (docker run --rm, a recreate). Name" \
+                        "it: docker run -v cheeto-api-state:$point, or set api.jwt_key: store"
+                fi ;;
+        esac
+    fi
+fi
+
+# -- 4. cheeto --------------------------------------------------------------------------------
 if $is_root && [ "$CHEETO_RUN_AS" != root ]; then
     exec setpriv --reuid="$run_uid" --regid="$run_gid" --clear-groups -- cheeto "$@"
 fi

@@ -14,6 +14,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -28,6 +29,11 @@ BAKED = REPO / "deploy" / "known_hosts.github"
 NOBODY = pwd.getpwnam("nobody")
 MUNGE = pwd.getpwnam("munge")
 FAKE_CHEETO = """#!/bin/sh
+for last in "$@"; do :; done
+if [ "${last:-}" = --key-path ]; then  # the entrypoint asks where the token key is
+    [ -n "${REAL_CHEETO:-}" ] && exec "$REAL_CHEETO" "$@"
+    echo store; exit 0
+fi
 printf 'pid=%s\\nuid=%s\\ngid=%s\\ngroups=%s\\n' "$$" "$(id -u)" "$(id -g)" "$(id -G)"
 for a in "$@"; do printf 'arg=%s\\n' "$a"; done
 env | grep -E '^(GIT_|MUNGE_SOCKET=|HOME=)' | sed 's/^/env:/'
@@ -295,3 +301,95 @@ def test_dockerfile_shape():
         assert (REPO / copied).exists(), copied
     ignored = (REPO / ".dockerignore").read_text().split()
     assert ".git" in ignored and ".venv" in ignored and "!README.md" in ignored
+
+
+# -- the API's token key must outlive the container (issue 25) ---------------------------------
+
+REAL_CHEETO = str(Path(sys.executable).parent / "cheeto")
+ANONYMOUS = "/var/lib/docker/volumes/" + "3f" * 32 + "/_data"
+
+
+def key_setup(root: Path, *mounts: tuple[str, Path], **api: str) -> dict[str, str]:
+    """A config with ``api`` settings, a fake mountinfo (the container's root plus
+    ``mounts``: (source root, mount point)), and the image's STATE_DIRECTORY."""
+    state = root / "var" / "lib" / "cheeto" / "state"
+    state.mkdir(parents=True, exist_ok=True)
+    config = root / "etc" / "cheeto" / "config.yaml"
+    lines = ["api:", "  default:"] + [f"    {k}: {v}" for k, v in api.items()]
+    config.write_text("\n".join(lines if api else ["api:", "  default: {}"]) + "\n")
+    info = ["21 1 0:40 / / rw,relatime - overlay overlay rw,lowerdir=/l,upperdir=/u"]
+    for n, (source, point) in enumerate(mounts):
+        shown = str(point).replace(" ", "\\040")
+        info.append(f"{30 + n} 21 254:1 {source} {shown} rw,relatime - ext4 /dev/vda1 rw")
+    (root / "mountinfo").write_text("\n".join(info) + "\n")
+    return {"REAL_CHEETO": REAL_CHEETO, "CHEETO_CONFIG": str(config), "CHEETO_RUN_AS": "root",
+            "MOUNTINFO": str(root / "mountinfo"), "STATE_DIRECTORY": str(state)}
+
+
+def refused(r: Result, *fragments: str) -> None:
+    assert r.code == 2, (r.code, r.stdout, r.stderr)
+    assert r.args == [], r.stdout  # cheeto itself never started
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, r.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def state_dir(root: Path) -> Path:
+    return root / "var" / "lib" / "cheeto" / "state"
+
+
+def test_api_key_on_the_containers_own_layer_is_refused(root):
+    env = key_setup(root)
+    r = run(root, "daemon", "api", "--host", "0.0.0.0", **env)
+    refused(r, "not on a volume", str(state_dir(root) / "jwt.key"), "api.jwt_key: store")
+
+
+def test_api_key_on_an_anonymous_volume_is_refused(root):
+    env = key_setup(root, (ANONYMOUS, state_dir(root)))
+    refused(run(root, "daemon", "api", **env), "anonymous volume", "cheeto-api-state")
+
+
+def test_api_key_on_a_named_volume_starts(root):
+    env = key_setup(root, ("/var/lib/docker/volumes/cheeto-api-state/_data", state_dir(root)))
+    r = run(root, "--profile", "default", "daemon", "api", "--host", "0.0.0.0", **env)
+    assert r.code == 0, r.stderr
+    assert r.args == ["--profile", "default", "daemon", "api", "--host", "0.0.0.0"]
+
+
+def test_api_key_on_a_host_directory_or_a_mounted_key_file_starts(root):
+    env = key_setup(root, ("/srv/cheeto/state", state_dir(root)))
+    assert run(root, "daemon", "api", **env).code == 0
+    key = root / "etc" / "cheeto" / "jwt.key"  # the operator's one key, bind-mounted
+    env = key_setup(root, ("/etc/cheeto/jwt.key", key), jwt_key_file=str(key))
+    r = run(root, "daemon", "api", **env)
+    assert (r.code, r.args) == (0, ["daemon", "api"]), r.stderr
+
+
+def test_a_store_kept_key_needs_no_volume(root):
+    env = key_setup(root, jwt_key="store")
+    r = run(root, "daemon", "api", **env)
+    assert (r.code, r.args) == (0, ["daemon", "api"]), r.stderr
+
+
+def test_other_roles_quick_paths_and_the_escape_hatch_need_no_volume(root):
+    env = key_setup(root)
+    assert run(root, "daemon", "worker", **env).args == ["daemon", "worker"]
+    assert run(root, "daemon", "api", "--help", **env).args == ["daemon", "api", "--help"]
+    r = run(root, "daemon", "api", CHEETO_EPHEMERAL_KEY="1", **env)
+    assert (r.code, r.args) == (0, ["daemon", "api"]), r.stderr
+
+
+def test_a_config_it_cannot_read_is_cheetos_one_line(root):
+    env = key_setup(root)
+    Path(env["CHEETO_CONFIG"]).write_text("api:\n  default:\n    jwt_key: nowhere\n")
+    r = run(root, "daemon", "api", **env)
+    refused(r, "jwt_key")
+
+
+def test_dockerfile_keeps_state_on_a_volume():
+    text = (REPO / "Dockerfile").read_text()
+    assert 'VOLUME ["/var/lib/cheeto/state"]' in text
+    assert "STATE_DIRECTORY=/var/lib/cheeto/state" in text
+    assert "install -d -o cheeto -g cheeto -m 0700 /var/lib/cheeto/state" in text
+    assert (REPO / "docs" / "deployment-containers.md").is_file()
