@@ -8,6 +8,8 @@
   and no user shares a name with a group other than their personal one. ``repair``
   adds missing rows and removes stale ones (the only repair done automatically: the
   rest needs a person to decide).
+- Imports: no import (``migrate from-cheeto``, ``ng site adopt``) stopped part-way
+  (``queries/imports.py``): the store would hold part of one until it is run again.
 """
 
 from __future__ import annotations
@@ -123,9 +125,19 @@ async def check_names(store: Store, *, repair: bool) -> list[CheckRow]:
     return rows
 
 
+async def check_imports(store: Store) -> list[CheckRow]:
+    from .queries.imports import describe, unfinished_imports
+
+    pending = await unfinished_imports(store)
+    return [CheckRow("imports", "migrations", "problem" if pending else "ok", len(pending),
+                     len(pending), "; ".join(describe(r) for r in pending)
+                     or "no import stopped part-way")]
+
+
 async def check_store(store: Store, config: MongoConfig, *,
                       repair: bool = False) -> list[CheckRow]:
     rows = check_files(config, store.database.name)
     rows += await check_documents(store)
     rows += await check_names(store, repair=repair)
+    rows += await check_imports(store)
     return rows

@@ -95,10 +95,17 @@ async def db_status(args: argparse.Namespace) -> int:
     except CheetoError as exc:
         data |= {"answers": False, "error": exc.message}
     else:
+        from ..queries.imports import describe, unfinished_imports
+
         info = await store.client.admin.command("buildInfo")
         data |= {"answers": True, "server_version": info.get("version", "unknown")}
+        pending = [describe(r) for r in await unfinished_imports(store)]
+        if pending:
+            data["unfinished_import"] = pending[0] if len(pending) == 1 else pending
         await store.close()
     ctx.out.show(data, title="store")
+    if data.get("unfinished_import") and not ctx.out.machine:
+        ctx.out.warn(esc(data["unfinished_import"]))
     return 0 if data["answers"] else 1
 
 

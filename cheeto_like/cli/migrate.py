@@ -1,8 +1,10 @@
 """``cheeto migrate from-cheeto``: import a cheeto v2 (reference) database.
 
 Reading and mapping happen before the store is touched; the writer checks the whole
-mapping against the store and writes it in one transaction, or writes nothing and lists
-every refusal. ``--dry-run`` stops after the check.
+mapping against the store first (or writes nothing and lists every refusal), then writes
+it in short chunks with one History row at the end. A run that was killed is finished by
+running the same command again (``migrate/writer.py``). ``--dry-run`` stops after the
+check.
 """
 
 from __future__ import annotations
@@ -17,15 +19,19 @@ from . import args as a
 from .app import command, group_help
 from .output import esc
 
+CHUNK = 500  # = migrate.writer.CHUNK (not imported here: --help stays light)
+
 group_help("migrate", help="move in: import from another deployment")
 
 
 @command("migrate", "from-cheeto", help="import a cheeto v2 database (a live MongoDB or a "
-                                        "mongodump directory)", store=True)
+                                        "mongodump directory)", store=True,
+         progress="importing")
 async def migrate_from_cheeto(args: argparse.Namespace) -> int:
     from ..migrate.from_cheeto import map_reference
     from ..migrate.source import read_dump, read_uri
-    from ..migrate.writer import plan_import, write_import
+    from ..migrate.writer import OP_NAME, plan_import, write_import
+    from ..queries.imports import describe, unfinished_import
 
     ctx = args.ctx
     if bool(args.uri) == bool(args.dump):
@@ -38,14 +44,18 @@ async def migrate_from_cheeto(args: argparse.Namespace) -> int:
         source = f"dump {args.dump}"
     mapping = map_reference(raw)
     if args.dry_run:
-        plan = await plan_import(ctx.store, mapping)
+        plan = await plan_import(ctx.store, mapping, chunk=args.chunk_size)
+        plan.interrupted = await unfinished_import(ctx.store, OP_NAME)
     else:
-        plan = await write_import(ctx.store, mapping, author=ctx.author, source=source)
+        plan = await write_import(ctx.store, mapping, author=ctx.author, source=source,
+                                  chunk=args.chunk_size)
+    interrupted = plan.interrupted
     report: dict[str, Any] = {"source": source, "dry_run": args.dry_run,
                               "collections": plan.counts(), "refused": plan.refusals,
                               "notes": plan.notes,
-                              "written": (not args.dry_run and plan.ok
-                                          and plan.new_count > 0)}
+                              "written": not args.dry_run and plan.finished,
+                              "chunks": plan.chunks,
+                              "interrupted": describe(interrupted) if interrupted else None}
     if ctx.out.machine:
         ctx.out.write_data(report)
     else:
@@ -56,14 +66,20 @@ async def migrate_from_cheeto(args: argparse.Namespace) -> int:
             ctx.out.info(f"note: {esc(note)}")
         for line in plan.refusals:
             ctx.out.warn(f"refused: {esc(line)}")
+        if interrupted is not None and not plan.finished:
+            ctx.out.warn(esc(describe(interrupted)))
     if not plan.ok:
         raise Conflict(f"{len(plan.refusals)} refusal(s): nothing was written")
     if args.dry_run:
         ctx.out.info(f"dry run: {esc(plan.new_count)} document(s) would be written")
-    elif plan.new_count == 0:
+    elif not plan.finished:
         ctx.out.info("nothing to import: the store already holds all of it")
+    elif interrupted is not None:
+        ctx.out.success(f"finished the interrupted import: {esc(plan.new_count)} more "
+                        f"document(s) in {esc(plan.chunks)} chunk(s)")
     else:
-        ctx.out.success(f"imported {esc(plan.new_count)} document(s) in one transaction")
+        ctx.out.success(f"imported {esc(plan.new_count)} document(s) in "
+                        f"{esc(plan.chunks)} chunk(s)")
     return 0
 
 
@@ -78,4 +94,7 @@ def _(parser: a.Parser) -> None:
     parser.add_argument("--dump", metavar="DIR", help="a mongodump directory of .bson files")
     parser.add_argument("--dry-run", action="store_true",
                         help="show counts per collection and every conflict; write nothing")
+    parser.add_argument("--chunk-size", type=a.chunk_size, default=CHUNK, metavar="N",
+                        help=f"documents per write transaction and per read batch "
+                             f"(default {CHUNK})")
     a.output_format(parser)

@@ -253,7 +253,10 @@ async def test_uri_import_from_a_server_holding_the_reference(empty_db, cli, mon
         uri = mongo_config.uri
     else:
         from urllib.parse import quote_plus
-        uri = f"mongodb://{quote_plus(str(mongo_config.embedded.path / 'store.sock'))}/"
+        # the store answers hello as a one-member replica set's primary without a hosts
+        # list (its address is a socket), so a client must not try to discover members
+        uri = (f"mongodb://{quote_plus(str(mongo_config.embedded.path / 'store.sock'))}/"
+               "?directConnection=true")
     dump = build()
     client: AsyncMongoClient = AsyncMongoClient(uri, directConnection=True)
     try:
