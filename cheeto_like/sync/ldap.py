@@ -186,8 +186,8 @@ async def apply_plan(planned: Plan, directory: Directory, *, concurrency: int = 
                                               "done": len(items)})
             except LeaseLost:
                 pass  # ``held.lost`` says why: every change from here is skipped
-        if held is not None and held.gone() is not None and not fatal:
-            fatal.append(held.lost)
+        if held is not None and (why := held.gone()) is not None and not fatal:
+            fatal.append(why)
         limit = asyncio.Semaphore(1 if batch.label in SEQUENTIAL_BATCHES else max(concurrency, 1))
         skip_reason = "skipped: an earlier step failed" if batch.kind == "delete" and failed \
             else None
@@ -200,8 +200,8 @@ async def apply_plan(planned: Plan, directory: Directory, *, concurrency: int = 
                 return SyncItem(**base, outcome="skipped",
                                 detail=skip or f"skipped: {fatal[0]}")
             async with limit:
-                if held is not None and held.gone() is not None and not fatal:
-                    fatal.append(held.lost)
+                if held is not None and (why := held.gone()) is not None and not fatal:
+                    fatal.append(why)
                 if fatal:
                     return SyncItem(**base, outcome="skipped", detail=f"skipped: {fatal[0]}")
                 try:
