@@ -155,7 +155,12 @@ class AuditTask(TaskBlock):
     ``audit.to`` and posted to ``audit.webhook_url`` (the ``audit`` section)."""
 
     sites: list[str] | None = None  # default: every site
-    slurm: bool = True  # compare slurmdbd (needs sacctmgr where the hub runs)
+    # compare slurmdbd: each site's head-node worker (queue slurm.<site>) reads it with
+    # its own sacctmgr (its slurm_sync block) and answers within site_timeout_seconds;
+    # a site that does not is an audit_incomplete finding
+    slurm: bool = True
+    site_timeout_seconds: float = Field(default=900.0, gt=0, le=6 * 3600)
+    # unused by the daemon since the site workers read slurmdbd (kept so configs load)
     sacctmgr: str = Field(default="sacctmgr", min_length=1)
     ldap: bool = True  # compare LDAP (when the ldap section exists)
 

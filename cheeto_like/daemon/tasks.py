@@ -384,6 +384,40 @@ def audit(self: Task) -> dict[str, Any]:
     return run_task(self, "audit", None, audit_body)
 
 
+def audit_slurm_state(self: Task, site: str, author: str, now: str) -> dict[str, Any]:
+    """The weekly audit's Slurm read (on ``slurm.<site>``): this head node's slurmdbd,
+    read with its own sacctmgr (the ``slurm_sync`` block), compared with the store; the
+    findings go back to the hub's ``audit`` task, which waits for them. Not in ``TASKS``:
+    the hub's audit sends it (no block, schedule or lease of its own; a dry run)."""
+    from datetime import datetime
+
+    from .config import site_queue
+    from .jobs_audit import slurm_state_body
+
+    queue = (self.request.delivery_info or {}).get("routing_key")
+    try:
+        if queue and queue != site_queue(site):
+            raise WrongQueue(f"audit_slurm_state for {site} arrived on queue {queue!r}; it "
+                             f"only runs from {site_queue(site)!r} (on the site's head node)")
+        config = current_config(self.app)
+        block = task_block(config, TASKS["slurm_sync"])  # this node's sacctmgr settings
+
+        async def read() -> dict[str, Any]:
+            store = await connect(config.mongo, autostart=False, long_running=True)
+            try:
+                return await slurm_state_body(store, config, block, site, author,  # type: ignore[arg-type]
+                                              datetime.fromisoformat(now))
+            finally:
+                await store.close()
+
+        outcome = asyncio.run(read())
+    except CheetoError as exc:
+        log.error("audit_slurm_state %s failed: %s: %s", site, type(exc).__name__,
+                  exc.message)
+        raise
+    return {**outcome, "worker": self.request.hostname, "queue": queue}
+
+
 def request_escalate(self: Task) -> dict[str, Any]:
     """Escalate requests past their SLA to the operator-alert digest (once each)."""
     from .jobs_requests import request_escalate_body
@@ -412,6 +446,12 @@ FUNCTIONS = {"slurm_sync": slurm_sync, "usage_collect": usage_collect, "ldap_syn
 
 def register_tasks(app: Celery) -> dict[str, Task]:
     """Register every task on ``app`` under its stable name; returns them by short name."""
-    return {name: app.task(name=TASKS[name].celery_name, bind=True,
-                           throws=(CheetoError,))(function)
-            for name, function in FUNCTIONS.items()}
+    from .jobs_audit import SLURM_STATE_TASK
+
+    registered = {name: app.task(name=TASKS[name].celery_name, bind=True,
+                                 throws=(CheetoError,))(function)
+                  for name, function in FUNCTIONS.items()}
+    # the audit's per-site read: sent by the hub's audit to slurm.<site>, not enqueued
+    registered["audit_slurm_state"] = app.task(name=SLURM_STATE_TASK, bind=True,
+                                               throws=(CheetoError,))(audit_slurm_state)
+    return registered

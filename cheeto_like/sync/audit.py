@@ -10,6 +10,12 @@ Sources, each read once per site:
   delete is something no store record explains; a deletion or dropped ``memberUid`` of a
   user who is inactive at the site is that person still holding access there (critical);
   anything else the plan would change is drift.
+- slurmdbd is read where the site's Slurm is: the daemon's weekly audit asks each site's
+  head-node worker (queue ``slurm.<site>``, task ``cheeto.audit_slurm_state``, which runs
+  ``site_slurm_findings`` with that node's sacctmgr) and waits for the answers
+  (``SlurmSource``); ``cheeto ng audit run`` reads with the local sacctmgr
+  (``StateReader``). A site whose worker does not answer in time is an
+  ``audit_incomplete`` finding naming the site.
 
 A source that cannot be read is itself a finding (``audit_incomplete``), so a cron job
 with ``--fail-on medium`` notices an audit that did not look everywhere.
@@ -22,6 +28,7 @@ are listed as ``resolved``.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Protocol
 
 from ..config import LDAPConfig
 from ..errors import CheetoError
@@ -88,6 +95,26 @@ async def slurm_drift(store: Store, site: str, reader: StateReader, *, policy: P
         found.append(Finding("medium", "slurm_conflict", site, conflict[:120], conflict,
                              f"cheeto ng slurm sync -s {site}  # review the plan"))
     return found
+
+
+async def site_slurm_findings(store: Store, site: str, reader: StateReader, *,
+                              policy: Policy | None, author: str | None,
+                              now: datetime | None = None) -> list[Finding]:
+    """The Slurm drift of one site, as its head-node worker computes it for the audit."""
+    now = now or utcnow()
+    inactive = await _inactive_at(site, now)
+    return await slurm_drift(store, site, reader, policy=policy, author=author,
+                             inactive=inactive)
+
+
+class SlurmSource(Protocol):
+    """Slurm findings read elsewhere (each site's head-node worker): ``begin`` asks every
+    site at once, ``findings`` waits for one site's answer (``CheetoError`` when there
+    is none: recorded as ``audit_incomplete``)."""
+
+    async def begin(self, sites: list[str], now: datetime) -> None: ...
+
+    async def findings(self, site: str) -> list[Finding]: ...
 
 
 def _member_name(value: str) -> str | None:
@@ -161,12 +188,14 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
 
 
 async def run_audit(store: Store, *, sites: list[str] | None = None,
-                    slurm: StateReader | None = None, policy: Policy | None = None,
+                    slurm: StateReader | None = None, slurm_source: SlurmSource | None = None,
+                    policy: Policy | None = None,
                     ldap: LDAPConfig | None = None, rotation_days: int = 90,
                     unused_days: int = 90, author: str | None = None,
                     now: datetime | None = None) -> AuditReport:
-    """Audit ``sites`` (default: every site) and store the run; ``slurm``/``ldap``
-    None skip that source (recorded in ``sources``)."""
+    """Audit ``sites`` (default: every site) and store the run. Slurm is read with the
+    local ``slurm`` reader, or through ``slurm_source`` (each site's worker); neither,
+    or ``ldap`` None, skips that source (recorded in ``sources``)."""
     now = now or utcnow()
     now = now.replace(microsecond=now.microsecond // 1000 * 1000)  # as the store keeps it
     if sites:
@@ -181,10 +210,13 @@ async def run_audit(store: Store, *, sites: list[str] | None = None,
     findings += await quota_findings(names, now)
     findings += await api_key_findings(rotation_days=rotation_days, unused_days=unused_days)
     sources["store"] = "ok"
+    if slurm_source is not None:
+        await slurm_source.begin(names, now)  # every site reads at once; waited for below
     for site in names:
         inactive = await _inactive_at(site, now)
         for source, enabled, read in (
-                ("slurm", slurm is not None,
+                ("slurm", slurm is not None or slurm_source is not None,
+                 (lambda s=site: slurm_source.findings(s)) if slurm_source is not None else  # type: ignore[union-attr]
                  lambda s=site, i=inactive: slurm_drift(store, s, slurm, policy=policy,  # type: ignore[arg-type]
                                                         author=author, inactive=i)),
                 ("ldap", ldap is not None,

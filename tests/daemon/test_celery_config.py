@@ -357,7 +357,8 @@ def test_the_router_sends_slurm_sync_to_its_sites_queue_only(tmp_path):
     assert app.amqp.router.route({}, "celery.backend_cleanup", (), {})["queue"].name == \
         "cheeto"
     assert sorted(n for n in app.tasks if n.startswith("cheeto.")) == [
-        "cheeto.alert_digest", "cheeto.audit", "cheeto.cluster_monitor", "cheeto.hippo_process",
+        "cheeto.alert_digest", "cheeto.audit", "cheeto.audit_slurm_state",
+        "cheeto.cluster_monitor", "cheeto.hippo_process",
         "cheeto.iam_sync", "cheeto.ldap_sync", "cheeto.puppet_sync", "cheeto.reap",
         "cheeto.request_escalate", "cheeto.retention", "cheeto.slurm_sync",
         "cheeto.sympa_export", "cheeto.usage_collect"]
