@@ -2,8 +2,9 @@
 
 One transaction creates every user (with personal group, site membership, optional
 course-group membership and a home from the site's defaults); any failure rolls back the
-whole batch. Uids come from one contiguous block in the class band, which must end below
-the lab-group band. Passwords are generated here, returned once, and never recorded.
+whole batch, of at most ``MAX_CLASS_BATCH`` users (its comment says why). Uids come from
+one contiguous block in the class band, which must end below the lab-group band.
+Passwords are generated here, returned once, and never recorded.
 """
 
 from __future__ import annotations
@@ -31,7 +32,13 @@ from .storage import CreateHomeStorage
 from .user import CreateUser
 
 PREFIX_RE = re.compile(r"^[a-z][a-z0-9-]*$")
-MAX_CLASS_BATCH = 2000
+# One batch is one transaction, ~19 commands per account (CreateUser's checks and
+# inserts, site info, membership, home): bench/class_batch.py measured 60 accounts at
+# 20 s on the embedded store under load, and a batch of 300 outlived the 60 s
+# transactionLifetimeLimitSeconds and was aborted (bench/RESULTS.md). 2000 would need
+# ~38,000 commands in one transaction on a replica set too. Until a batch is split into
+# chunks sharing a batch id, a batch stays small enough to commit well inside 60 s.
+MAX_CLASS_BATCH = 100
 
 
 async def free_block(count: int, session: AsyncClientSession) -> int:
