@@ -110,7 +110,8 @@ def _(parser: a.Parser) -> None:
 
 
 
-@command("daemon", "beat", help="run the beat scheduler (exactly one per deployment)")
+@command("daemon", "beat", help="run the beat scheduler (several may run: one sends, the "
+                                "others stand by)")
 def daemon_beat(args: argparse.Namespace) -> int:
     from ..daemon.app import (
         beat_argv,

@@ -53,7 +53,8 @@ NODES: tuple[Node, ...] = (
     C("daemon worker", "daemon",
       "run a Celery worker: the hub (queue cheeto) or, with --site, a site's head-node "
       "worker (queue slurm.<site>)"),
-    C("daemon beat", "daemon", "run the beat scheduler (exactly one per deployment)"),
+    C("daemon beat", "daemon",
+      "run the beat scheduler (several may run: one sends, the others stand by)"),
     C("daemon enqueue", "daemon", "queue a task now, for the given or configured sites"),
     C("daemon status", "daemon",
       "the last run of each (task, site): state, when, duration, error"),

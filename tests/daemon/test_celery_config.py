@@ -34,6 +34,7 @@ from cheeto_like.daemon.config import (
 from cheeto_like.daemon.schedule import build_beat_schedule, parse_schedule
 from cheeto_like.daemon.status import from_taskmeta
 from cheeto_like.errors import ConfigError, InvalidInput
+from cheeto_like.store import server_selection_seconds
 
 BASE = """\
 daemon:
@@ -283,7 +284,11 @@ def test_results_go_to_the_application_database(tmp_path):
     assert url == settings["mongo_host"] == socket_uri
     assert settings["database"] == "prod" and settings["taskmeta_collection"] == \
         "celery_taskmeta"
-    assert settings["options"] == {"serverSelectionTimeoutMS": 5000, "connectTimeoutMS": 5000}
+    # a worker storing a result waits out a replica-set election, as the daemons' own
+    # clients do (issue 24); connecting is still bounded by the short timeout
+    waits = int(server_selection_seconds(embedded.mongo, long_running=True) * 1000)
+    assert waits == embedded.mongo.election_wait_seconds * 1000 > 5000
+    assert settings["options"] == {"serverSelectionTimeoutMS": waits, "connectTimeoutMS": 5000}
     app = make_app(embedded.model_copy(update={"daemon": config(tmp_path).daemon}))
     assert app.backend.mongo_host == socket_uri
     # over TCP the credential travels as SCRAM-SHA-256 options, never in the URL
@@ -292,7 +297,7 @@ def test_results_go_to_the_application_database(tmp_path):
     url, settings = result_backend(tcp.mongo)
     assert url == "mongodb://127.0.0.1:27999/?directConnection=true"
     assert settings["options"] == {
-        "serverSelectionTimeoutMS": 5000, "connectTimeoutMS": 5000, "username": "cheeto",
+        "serverSelectionTimeoutMS": waits, "connectTimeoutMS": 5000, "username": "cheeto",
         "password": "t0ken", "authMechanism": "SCRAM-SHA-256", "authSource": "admin"}
     real = load_config(_write(tmp_path, """\
 mongo:
@@ -308,7 +313,7 @@ mongo:
     url, settings = result_backend(real.mongo)
     assert url == "mongodb://db1.example.org,db2.example.org/?replicaSet=rs0"
     assert settings["options"] == {
-        "serverSelectionTimeoutMS": 5000, "connectTimeoutMS": 5000, "username": "cheeto",
+        "serverSelectionTimeoutMS": waits, "connectTimeoutMS": 5000, "username": "cheeto",
         "password": "s3cret", "authSource": "admin", "tls": True,
         "tlsCAFile": "/etc/ssl/mongo-ca.pem"}
     # Celery's own backend accepts it: hosts and the replica set come from the URI
