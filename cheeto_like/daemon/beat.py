@@ -128,12 +128,13 @@ class Leadership:
                         self._active.set()
                         log.info("beat: this beat sends the schedule %r (lease %s, %s)",
                                  self.schedule, self.key, held.holder)
-                        while held.lost is None and not self._stop.is_set():
+                        # gone(): taken over, or too near its expiry by the store's clock
+                        while held.gone() is None and not self._stop.is_set():
                             if held.renewals != renewals:
                                 self._renewed_at, renewals = time.monotonic(), held.renewals
                             await asyncio.sleep(0.1)
                         self._active.clear()
-                        if held.lost is not None:
+                        if held.gone() is not None:
                             log.error("beat: %s; standing by", held.lost)
                 except Busy as exc:
                     if standing_by is None:  # once per spell as the standby

@@ -10,8 +10,12 @@ Every run:
    manual enqueue of the same (task, site) cannot overlap. When another run holds it
    this run ends at once, successfully, with ``status: skipped`` and ``reason``
    ("another task.<name> sync for <site> is running by <holder> until <time>"):
-   nothing failed, the other run does the work. Leases left behind by a process on
-   this host that no longer runs (a worker child killed mid-task, whose message the
+   nothing failed, the other run does the work (the summary names it in
+   ``running_task``, which ``daemon enqueue --wait`` then follows). A copy of the same
+   message the broker delivered again (same Celery id: a broker restart, a dropped
+   connection, a consumer timeout) stores nothing and is acked (``Ignore``) while its
+   run holds the lease or once its run has a stored result. Leases left behind by a
+   process on this host that no longer runs (a worker child killed mid-task, whose message the
    broker then redelivers: late acks) are removed first, so the redelivered run does
    not wait for their expiry; a lease held on another host only ever expires.
    Every lease is short (``TASK_LEASE_TTL``) and renewed by a heartbeat while the run
@@ -92,8 +96,9 @@ def lease_key(spec: TaskSpec) -> str:
 
 
 async def clear_dead_leases(store: Store) -> list[str]:
-    """Delete every lease (task or reconciler) whose holder was a process on this host
-    that no longer runs: a worker child killed mid-task, whose message the broker then
+    """Delete every lease (task or reconciler) whose holder was a process of this pid
+    namespace and boot that no longer runs (``holder_is_gone``: never judged by hostname,
+    never a lease this process holds now): a worker child killed mid-task, whose message the broker then
     redelivers, must not find its own corpse holding the site until the lease expires.
     Returns the lease ids removed. (``sync_leases`` holds one document per running sync.)"""
     collection = SyncLease.get_pymongo_collection()
@@ -176,6 +181,27 @@ async def _locked_run(config: Config, spec: TaskSpec, block: TaskBlock, site: st
         await store.close()
 
 
+def drop_if_done(task: Task, name: str, site: str) -> None:
+    """``Ignore`` (the message is acked, nothing stored) when the broker redelivers a
+    message whose run already ended with a stored result.
+
+    A late-acked message is taken back when its ack cannot arrive: the broker restarted,
+    the connection dropped, or the delivery outlived RabbitMQ's ``consumer_timeout``
+    (RabbitMQ 3.10 then closes the channel, which stops a Celery 5 worker once its run
+    ends; the message waits for the next worker). The run itself went on and stored its
+    result under the same Celery id, so running the copy would do the work twice (and,
+    past the timeout again, forever). A worker killed mid-run stored nothing: its copy
+    runs (``task_reject_on_worker_lost``)."""
+    from celery import states
+    from celery.exceptions import Ignore
+
+    state = task.AsyncResult(task.request.id).state
+    if state in states.READY_STATES:
+        log.warning("%s %s: a redelivered copy of run %s, which already ended (%s); "
+                    "dropped", name, site, task.request.id, state)
+        raise Ignore()
+
+
 def run_task(task: Task, name: str, site: str | None, body: Body) -> dict[str, Any]:
     """The frame of every task: ``site`` is None for a singleton (not per-site) task,
     whose lease and body get ``NO_SITE`` instead."""
@@ -188,6 +214,8 @@ def run_task(task: Task, name: str, site: str | None, body: Body) -> dict[str, A
         if spec.on_site_queue and queue and queue != spec.queue(site):
             raise WrongQueue(f"{name} for {site} arrived on queue {queue!r}; it only runs "
                              f"from {spec.queue(site)!r} (on the site's head node)")
+        if (request.delivery_info or {}).get("redelivered"):
+            drop_if_done(task, name, site)
         config = current_config(task.app)
         block = task_block(config, spec)
         outcome = asyncio.run(_locked_run(config, spec, block, site, body, request.id))
