@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +53,13 @@ class DaemonProcess:
     """``cheeto daemon ARGS… --config PATH`` in its own session, output to ``log``."""
 
     def __init__(self, args: list[str], config: Path, log: Path,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None,
+                 program: Sequence[str] = (CHEETO,)) -> None:
+        """``program`` replaces the console script (``long_task.PROGRAM``: the CLI with
+        a test-only task registered)."""
         self.args = args
         self.log = log
-        self.proc = spawn([CHEETO, "daemon", *args, "--config", str(config)], log=log,
+        self.proc = spawn([*program, "daemon", *args, "--config", str(config)], log=log,
                           env={**os.environ, **(env or {})})
 
     def output(self) -> str:
