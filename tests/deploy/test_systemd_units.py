@@ -35,7 +35,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -244,7 +243,8 @@ def config(site: Store, rabbitmq: RabbitMQ, mongo_config, request,
     base = tmp_path_factory.mktemp("units")
     daemon = {"broker_url": rabbitmq.vhost_url(module_database(request)), "sites": [SITE],
               "task_time_limit": 120,
-              "tasks": {"slurm_sync": {}, "reap": {"schedule": "*/5 * * * *"}}}
+              # a tick every few seconds: beat's sends show it reached the broker
+              "tasks": {"slurm_sync": {}, "reap": {"schedule": 3}}}
     path = write_config(base / "config.yaml", mongo_block(mongo_config, module_database(request)),
                         daemon, api={})
     path.chmod(0o644)
@@ -353,7 +353,22 @@ def test_beat_unit_runs_under_its_hardening(box, config, store_dir):
         wait_for(ready, 60, "beat's schedule file and pidfile", logs=[started.log],
                  interval=0.2)
         assert (runtime / "beat.pid").read_text().strip() == str(started.proc.pid)
-        time.sleep(2)  # a few seconds of running: it keeps going
+        # it reaches the session's RabbitMQ: its ticks land in the hub's queue
+        app = make_app(load_config(config))
+        try:
+            def queued() -> bool:
+                started.alive()
+                with app.connection_for_write() as conn:
+                    try:
+                        declared = conn.default_channel.queue_declare("cheeto", passive=True)
+                    except Exception:  # not declared yet: no tick sent so far
+                        return False
+                    return declared.message_count > 0
+
+            wait_for(queued, 60, "a beat tick in queue cheeto", logs=[started.log],
+                     interval=0.5)
+        finally:
+            app.close()
         started.alive()
         out = started.output()
         assert f"beat schedule file {state}/celerybeat-schedule" in out, out
