@@ -36,7 +36,8 @@ writes anything. It then loads every collection aside, into a staging collection
 ``<name>__restore_<id>`` with the model's indexes, in chunks (each chunk one short
 transaction together with the progress it adds to the restore record in
 ``db_restores``), and only then switches: each staging collection replaces its live
-collection (``renameCollection`` with ``dropTarget``, atomic per collection on MongoDB).
+collection (``renameCollection`` with ``dropTarget``, atomic per collection on every
+store).
 Until the switch, readers see the old data; after it, the new. A bad archive, a
 duplicate key or any refused write drops the staging collections and leaves the store
 as it was. A restore that was killed is resumed by running the same command again (the
@@ -45,12 +46,9 @@ starts over (the leftovers are dropped first). A switch that was interrupted is
 finished first, whatever the next archive. It is a store-level tool, not an operation:
 it writes no History row (the History collection itself is part of the archive).
 
-On the embedded store ``renameCollection`` only works when sent to the data database
-and has no ``dropTarget``, so the switch drops the live collection and renames the
-staging one in its place: two commands, with a moment between them in which a reader
-sees that collection empty. The switch takes milliseconds per collection; on MongoDB the
-collections are still switched one after another (MongoDB has no multi-collection
-rename), so a reader in those milliseconds may see some collections new and others old.
+The switch takes milliseconds per collection, but the collections are switched one
+after another (MongoDB has no multi-collection rename), so a reader in those
+milliseconds may see some collections new and others old; never one collection empty.
 """
 
 from __future__ import annotations
@@ -594,19 +592,14 @@ async def _switch(store: Store, record: dict[str, Any]) -> None:
 
 
 async def replace_collection(store: Store, source: str, target: str) -> None:
-    """Rename ``source`` over ``target``. MongoDB: ``renameCollection`` with
-    ``dropTarget`` on the admin database, one atomic step. The embedded store answers that
-    form ok and renames nothing (nx-27017 renames in the database the command was sent
-    to), and refuses an existing target, so there: drop, then rename in the data
-    database. Checked afterwards either way: a rename that did not happen is an error."""
+    """Rename ``source`` over ``target``: ``renameCollection`` with ``dropTarget`` on
+    the admin database, one atomic step on every store (the embedded server runs it in
+    one SQLite transaction). Checked afterwards: a rename that did not happen (an older
+    embedded server answered ok and renamed nothing) is an error, never a restore that
+    quietly kept the old data."""
     database = store.database
-    if store.is_embedded:
-        await database.drop_collection(target)
-        await database.command("renameCollection", f"{database.name}.{source}",
-                               to=f"{database.name}.{target}")
-    else:
-        await store.client.admin.command("renameCollection", f"{database.name}.{source}",
-                                         to=f"{database.name}.{target}", dropTarget=True)
+    await store.client.admin.command("renameCollection", f"{database.name}.{source}",
+                                     to=f"{database.name}.{target}", dropTarget=True)
     if source in await database.list_collection_names():
         raise ExternalError(f"the store did not rename {source} to {target}")
 

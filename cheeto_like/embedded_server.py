@@ -18,6 +18,9 @@ Here the server owns transactions:
   is still accepted) before any command but the handshake. ``cheetoIdentity`` answers
   the data directory's real path and instance id, so clients can refuse a server that
   is not theirs.
+- ``renameCollection`` is ours (mongod's form on ``admin``, ``dropTarget``, one SQLite
+  transaction), and no transaction may drop or rename (mongod's 263): nx-27017's
+  collection cache does not roll back with SQLite.
 
 The process sets umask 077 and makes its data directory 0700 and the files in it 0600.
 """
@@ -33,6 +36,7 @@ import hashlib
 import hmac
 import logging
 import os
+import re
 import secrets
 import signal
 import struct
@@ -40,7 +44,7 @@ import sys
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -407,6 +411,9 @@ class TransactionGate:
                 except Exception:  # the connection may be gone; never keep the gate
                     logger.exception("rolling back a transaction of %s failed", lsid)
                     sess._in_transaction = False
+                with contextlib.suppress(Exception):  # a closed database has no cache
+                    if (db := handler.databases.get(db_name)) is not None:
+                        forget_stale_collections(db)
         return len(open_)
 
     def in_transaction(self, lsid: str) -> bool:
@@ -596,6 +603,134 @@ def error_labels(code: int, name: str, cmd: dict[str, Any], *,
             and (code in RETRYABLE_CODES or code in (24, 112, 251))):
         labels.append("TransientTransactionError")
     return labels
+
+
+# -- collections: rename and drop --------------------------------------------------------
+
+# What mongod refuses inside a multi-document transaction (OperationNotSupportedInTransaction)
+# and nx-27017 would run there. SQLite rolls DDL back with the transaction, but neosqlite's
+# cache of Collection objects does not: a rename rolled back left the staging name serving
+# the live data, and a committed one left the new name empty and without its indexes.
+NOT_IN_TRANSACTION = frozenset({"drop", "dropDatabase", "dropdatabase", "dropIndexes",
+                                "dropIndex", "renameCollection", "renamecollection"})
+RENAME_COMMANDS = frozenset({"renameCollection", "renamecollection"})
+# neosqlite's table names (``quote_identifier``): a name it cannot store is refused here
+# with mongod's InvalidNamespace rather than failing half-way through a rename.
+COLLECTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def not_in_transaction(name: str) -> dict[str, Any]:
+    """mongod's answer to a command no transaction may run (the transaction stays open)."""
+    return _error(f"Cannot run '{name}' in a multi-document transaction.", 263,
+                  "OperationNotSupportedInTransaction")
+
+
+class RenameRefused(Exception):
+    """A renameCollection mongod would refuse: the reply to send."""
+
+    def __init__(self, message: str, code: int, code_name: str) -> None:
+        super().__init__(message)
+        self.reply = _error(message, code, code_name)
+
+
+def parse_namespace(value: Any, what: str) -> tuple[str, str]:
+    """``db.collection`` into its two parts (mongod's TypeMismatch/InvalidNamespace)."""
+    if not isinstance(value, str):
+        raise RenameRefused(f"BSON field '{what}' is the wrong type "
+                            f"'{type(value).__name__}', expected type 'string'", 14,
+                            "TypeMismatch")
+    database, dot, collection = value.partition(".")
+    if not dot or not database or not collection:
+        raise RenameRefused(f"Invalid {what} namespace: {value}", 73, "InvalidNamespace")
+    return database, collection
+
+
+def _tables(conn: Any) -> set[str]:
+    return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def _collection_exists(conn: Any, name: str) -> bool:
+    from neosqlite.connection import _is_internal_collection_name
+
+    return not _is_internal_collection_name(name) and name in _tables(conn)
+
+
+def _index_names(conn: Any, table: str) -> list[str]:
+    return [row[0] for row in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type='index' AND tbl_name=? AND sql IS NOT NULL",
+        (table,))]
+
+
+@contextlib.contextmanager
+def sqlite_transaction(db: Any) -> Iterator[None]:
+    """One SQLite transaction around DDL (the connection is in autocommit mode, and no
+    transaction of a client is open: the caller holds the gate and the database's lock).
+    Whatever happens, neosqlite's cache is checked against the file afterwards."""
+    conn = db.db
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    finally:
+        forget_stale_collections(db)
+
+
+def forget_stale_collections(db: Any) -> None:
+    """Drop neosqlite's cached Collection objects that no longer match the file (a name
+    whose table is gone, or an entry whose object was renamed to another name): the next
+    access builds a fresh one. Run under the database's lock after any DDL or rollback."""
+    cache = getattr(db, "_collections", None)
+    if not cache:
+        return
+    tables = _tables(db.db)
+    for key, collection in list(cache.items()):
+        if key != getattr(collection, "name", None) or key not in tables:
+            cache.pop(key, None)
+
+
+def drop_collection(db: Any, name: str) -> None:
+    """Drop a collection with everything neosqlite keeps beside its table: the stored key
+    specs of its indexes and its TTL rows (a later collection of the same name must not
+    inherit another's expiry), its FTS tables, and its cached object. Inside the
+    caller's ``sqlite_transaction``."""
+    conn = db.db
+    for index in _index_names(conn, name):
+        with contextlib.suppress(Exception):  # the key table exists once an index did
+            conn.execute("DELETE FROM neosqlite_index_keys WHERE index_name = ?", (index,))
+    db.drop_collection(name)  # table, TTL rows by collection, FTS tables, the cache entry
+
+
+def rename_collection(db: Any, source: str, target: str, drop_target: bool) -> None:
+    """Rename ``source`` to ``target`` in one SQLite transaction (dropping ``target``
+    first when ``drop_target``): readers, waiting on the gate and the database's lock,
+    see the old state or the new one, never a dropped target without its replacement.
+
+    neosqlite renames the table, its indexes and their stored keys, but leaves the TTL
+    rows under the old index names (the expiry would vanish from listIndexes), so those
+    follow here. On any failure everything is rolled back and the cache cleaned."""
+    conn = db.db
+    prefix = f"idx_{source}_"
+    renamed = {index: f"idx_{target}_{index[len(prefix):]}"
+               for index in _index_names(conn, source) if index.startswith(prefix)}
+    try:
+        with sqlite_transaction(db):
+            if drop_target:
+                drop_collection(db, target)
+            for new in renamed.values():  # rows an older drop left under the new names
+                for table in ("neosqlite_index_keys", "_neosqlite_ttl_indexes"):
+                    with contextlib.suppress(Exception):  # the table exists once used
+                        conn.execute(f"DELETE FROM {table} WHERE index_name = ?", (new,))
+            db.rename_collection(source, target)
+            for old, new in renamed.items():
+                with contextlib.suppress(Exception):  # no TTL table: nothing to move
+                    conn.execute("UPDATE _neosqlite_ttl_indexes SET index_name = ? "
+                                 "WHERE index_name = ?", (new, old))
+    finally:  # fresh objects for both names (no query or TTL cache of the old ones)
+        db._collections.pop(source, None)
+        db._collections.pop(target, None)
 
 
 class Connection:
@@ -814,6 +949,9 @@ class StoreServer:
             return await self.run(msg)
         if name == "endSessions":
             return await self.end_sessions(msg, cmd)
+        if name in NOT_IN_TRANSACTION and (cmd.get("startTransaction")
+                                           or cmd.get("autocommit") is False):
+            return not_in_transaction(name)  # as mongod: an open transaction stays open
         if cmd.get("startTransaction"):
             return await self.start_transaction(msg, cmd, lsid, conn.id)
         if cmd.get("autocommit") is False:
@@ -998,6 +1136,10 @@ class StoreServer:
         try:
             if is_insert:
                 return self.handler.handle_insert(msg)[1]
+            if name in RENAME_COMMANDS:
+                return self._rename(self._body(msg))
+            if name == "drop" and (reply := self._drop(self._body(msg))) is not None:
+                return reply
             reply = self.handler.handle_command(msg)[1]
         except Exception as exc:
             logger.exception("error handling a command")
@@ -1008,6 +1150,88 @@ class StoreServer:
                 "findAndModify", "findandmodify"):
             return _error(str(too_large), 17419, "Location17419")
         return reply
+
+    def _rename(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """renameCollection as mongod takes it: sent to ``admin``, two full namespaces,
+        ``dropTarget``; run under the gate (the caller holds it) and the database's lock.
+
+        nx-27017 renamed in the database the command was sent to (so mongod's form, on
+        ``admin``, renamed nothing and answered ok), had no ``dropTarget`` and renamed
+        only neosqlite's object, not its cache entry. A rename across databases would
+        be a copy between two SQLite files, never atomic: refused."""
+        from nx_27017.handler import _sanitize_db_name
+
+        name = next(iter(cmd))
+        handler = self.handler
+        try:
+            if cmd.get("$db") != "admin":
+                raise RenameRefused(f"{name} may only be run against the admin database.",
+                                    13, "Unauthorized")
+            source_db, source = parse_namespace(cmd[name], "source")
+            target_db, target = parse_namespace(cmd.get("to"), "target")
+            if source_db != target_db:
+                raise RenameRefused(f"the embedded store cannot rename a collection across "
+                                    f"databases ({cmd[name]} to {cmd['to']})", 20,
+                                    "IllegalOperation")
+            for collection, what in ((source, "source"), (target, "target")):
+                if not COLLECTION_NAME.fullmatch(collection):
+                    raise RenameRefused(f"Invalid {what} namespace: {source_db}.{collection}",
+                                        73, "InvalidNamespace")
+            try:
+                _sanitize_db_name(source_db)
+            except ValueError:
+                raise RenameRefused(f"Invalid source namespace: {cmd[name]}", 73,
+                                    "InvalidNamespace") from None
+            if source == target:
+                raise RenameRefused("Can't rename a collection to itself", 20,
+                                    "IllegalOperation")
+            damaged = self.file_watch.problem({"renameCollection": cmd[name], "$db": source_db})
+            if damaged is not None:
+                return _error(damaged, 8000, "StoreFileDamaged")
+            missing = RenameRefused(f"Source collection {cmd[name]} does not exist", 26,
+                                    "NamespaceNotFound")
+            if (getattr(handler, "_mode", "") == "files"
+                    and not os.path.exists(handler._db_file(source_db))):
+                raise missing  # and no empty database file is made for it
+            with handler._lock_for(source_db):
+                db = handler.get_database(source_db)
+                if db.db.in_transaction:  # a transaction's own command without its session
+                    return not_in_transaction(name)
+                if not _collection_exists(db.db, source):
+                    raise missing
+                exists = _collection_exists(db.db, target)
+                if exists and not cmd.get("dropTarget"):
+                    raise RenameRefused("target namespace exists", 48, "NamespaceExists")
+                rename_collection(db, source, target, drop_target=exists)
+        except RenameRefused as refused:
+            return refused.reply
+        return {"ok": 1}
+
+    def _drop(self, cmd: dict[str, Any]) -> dict[str, Any] | None:
+        """drop of a plain collection name, with its index keys and TTL rows (neosqlite's
+        own drop leaves the TTL rows, so a new collection of that name would inherit the
+        expiry). None: not a plain name (GridFS, internal): nx-27017 answers."""
+        collection = cmd.get("drop")
+        if (not isinstance(collection, str) or not COLLECTION_NAME.fullmatch(collection)
+                or collection.startswith("sqlite_")):
+            return None
+        handler = self.handler
+        db_name = str(cmd.get("$db", "test"))
+        with handler._lock_for(db_name):
+            db = handler.get_database(db_name)
+            if db.db.in_transaction:
+                return not_in_transaction("drop")
+            with sqlite_transaction(db):
+                drop_collection(db, collection)
+        return {"ok": 1}
+
+    def _heal_caches(self, databases: list[str]) -> None:
+        """After a transaction ends: forget cached collections its rollback undid (one
+        created by its first insert, say). Holds each database's lock."""
+        for db_name in databases:
+            with self.handler._lock_for(db_name):
+                if (db := self.handler.databases.get(db_name)) is not None:
+                    forget_stale_collections(db)
 
     async def start_transaction(self, msg: dict[str, Any], cmd: dict[str, Any],
                                 lsid: str | None, conn_id: str) -> dict[str, Any]:
@@ -1111,6 +1335,7 @@ class StoreServer:
                 return self.no_such_transaction(next(iter(self._body(msg)), "command"))
             reply = self._call(msg)
             self.gate.abort_open(lsid)
+            self._heal_caches(databases)
         return reply
 
     async def end_sessions(self, msg: dict[str, Any], cmd: dict[str, Any]) -> dict[str, Any]:

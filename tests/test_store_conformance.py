@@ -1151,3 +1151,124 @@ async def test_generation_marks_sum_per_key_and_fold_in_one_transaction(empty_db
     assert await collection.find_one({"_id": "base:site:farm"}) == {
         "_id": "base:site:farm", "n": 2, "key": "site:farm"}
     await collection.drop()
+
+
+# -- renameCollection and drop (the restore's switch) ----------------------------------------
+
+
+async def _index_keys(collection: Any) -> set[tuple[str, ...]]:
+    """Each index by its fields and uniqueness (names differ between stores)."""
+    info = await collection.index_information()
+    return {tuple(field for field, _ in spec["key"]) + (("unique",) if spec.get("unique")
+                                                        else ())
+            for spec in info.values()}
+
+
+async def _rename_error(store: Any, source: str, target: str, **options: Any) -> int:
+    from pymongo.errors import OperationFailure
+
+    db = store.database.name
+    with pytest.raises(OperationFailure) as refused:
+        await store.client.admin.command("renameCollection", f"{db}.{source}",
+                                         to=f"{db}.{target}", **options)
+    return refused.value.code
+
+
+async def test_rename_collection_moves_documents_and_indexes_and_frees_the_old_name(empty_db):
+    """mongod's form (on ``admin``, full namespaces): the documents and indexes are the
+    new name's, unique still enforced; the old name is gone and starts afresh."""
+    database = empty_db.database
+    for name in ("rename_from", "rename_to"):
+        await database.drop_collection(name)
+    source = database["rename_from"]
+    await source.insert_many([{"_id": i, "k": f"k{i}", "g": i % 2} for i in range(3)])
+    await source.create_index("k", unique=True)
+    await source.create_index([("g", 1), ("k", 1)])
+    await empty_db.client.admin.command("renameCollection", f"{database.name}.rename_from",
+                                        to=f"{database.name}.rename_to")
+    names = await database.list_collection_names()
+    assert "rename_to" in names and "rename_from" not in names
+    target = database["rename_to"]
+    assert [d["_id"] async for d in target.find().sort("_id", 1)] == [0, 1, 2]
+    assert await _index_keys(target) == {("_id",), ("k", "unique"), ("g", "k")}
+    with pytest.raises(DuplicateKeyError):
+        await target.insert_one({"_id": 9, "k": "k1"})
+    assert await source.find_one({}) is None
+    await source.insert_one({"_id": "fresh"})  # the old name is a new, separate collection
+    assert await target.count_documents({}) == 3
+    assert await source.count_documents({}) == 1
+    for name in ("rename_from", "rename_to"):
+        await database.drop_collection(name)
+
+
+async def test_rename_collection_drop_target_replaces_the_target_and_its_indexes(empty_db):
+    """Without ``dropTarget`` an existing target is NamespaceExists (48) and nothing
+    moves; with it the target is the source's (documents and indexes), in one step."""
+    database = empty_db.database
+    for name in ("switch_live", "switch_staging"):
+        await database.drop_collection(name)
+    live, staging = database["switch_live"], database["switch_staging"]
+    await live.insert_many([{"_id": "old1", "old": 1}, {"_id": "old2", "old": 2}])
+    await live.create_index("old")
+    await staging.insert_many([{"_id": f"new{i}", "n": i} for i in range(4)])
+    await staging.create_index("n", unique=True)
+    assert await _rename_error(empty_db, "switch_staging", "switch_live") == 48
+    assert await live.count_documents({}) == 2 and await staging.count_documents({}) == 4
+    await empty_db.client.admin.command("renameCollection",
+                                        f"{database.name}.switch_staging",
+                                        to=f"{database.name}.switch_live", dropTarget=True)
+    assert "switch_staging" not in await database.list_collection_names()
+    assert sorted([d["_id"] async for d in live.find()]) == [f"new{i}" for i in range(4)]
+    assert await _index_keys(live) == {("_id",), ("n", "unique")}
+    with pytest.raises(DuplicateKeyError):
+        await live.insert_one({"_id": "dup", "n": 2})
+    # dropTarget onto a name that does not exist is a plain rename
+    await empty_db.client.admin.command("renameCollection", f"{database.name}.switch_live",
+                                        to=f"{database.name}.switch_staging", dropTarget=True)
+    assert await staging.count_documents({}) == 4
+    await database.drop_collection("switch_staging")
+
+
+async def test_rename_collection_of_a_missing_source_is_namespace_not_found(empty_db):
+    database = empty_db.database
+    for name in ("rename_missing", "rename_present"):
+        await database.drop_collection(name)
+    await database["rename_present"].insert_one({"_id": 1})
+    assert await _rename_error(empty_db, "rename_missing", "rename_present") == 26
+    assert await _rename_error(empty_db, "rename_missing", "rename_present",
+                               dropTarget=True) == 26
+    assert await database["rename_present"].count_documents({}) == 1  # untouched
+    await database.drop_collection("rename_present")
+
+
+async def test_drop_and_rename_inside_a_transaction_are_refused_and_change_nothing(empty_db):
+    """OperationNotSupportedInTransaction (263), as mongod: the transaction stays open
+    (its commit keeps its writes), and a rollback after a refused rename leaves both
+    names as they were, each with its own documents."""
+    from pymongo.errors import OperationFailure
+
+    database = empty_db.database
+    for name in ("txn_ddl_live", "txn_ddl_staging"):
+        await database.drop_collection(name)
+    live, staging = database["txn_ddl_live"], database["txn_ddl_staging"]
+    await live.insert_one({"_id": "live"})
+    await staging.insert_one({"_id": "staged"})
+    async with empty_db.session(transaction=True) as session:
+        await live.insert_one({"_id": "in-txn"}, session=session)
+        with pytest.raises(OperationFailure) as refused:
+            await database.command("drop", "txn_ddl_staging", session=session)
+        assert refused.value.code == 263
+    assert sorted([d["_id"] async for d in live.find()]) == ["in-txn", "live"]
+    with pytest.raises(Boom):
+        async with empty_db.session(transaction=True) as session:
+            await live.insert_one({"_id": "rolled-back"}, session=session)
+            with pytest.raises(OperationFailure) as refused:
+                await empty_db.client.admin.command(
+                    "renameCollection", f"{database.name}.txn_ddl_staging",
+                    to=f"{database.name}.txn_ddl_live", dropTarget=True, session=session)
+            assert refused.value.code == 263
+            raise Boom
+    assert sorted([d["_id"] async for d in live.find()]) == ["in-txn", "live"]
+    assert [d["_id"] async for d in staging.find()] == ["staged"]
+    for name in ("txn_ddl_live", "txn_ddl_staging"):
+        await database.drop_collection(name)
