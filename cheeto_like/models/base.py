@@ -326,6 +326,12 @@ async def _group(collection: Any, head: list[dict[str, Any]], key: str,
     return await cursor.to_list()
 
 
+async def count(model: type[Document], match: dict[str, Any], session: Any = None) -> int:
+    """How many documents of ``model`` match: what a page's ``total`` uses instead of
+    ``count_documents`` (5 s at 50k users on the embedded store, against 0.02 s)."""
+    return await _count(model.get_pymongo_collection(), match, session)
+
+
 async def _count(collection: Any, match: dict[str, Any], session: Any) -> int:
     """How many documents match, as a one-row ``$group`` (in SQL on the embedded store;
     ``count_documents`` is answered in Python there, 100x slower at 20k)."""

@@ -16,7 +16,7 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from ..constants import GROUP_TYPES
 from ..errors import InvalidInput, NotFound
 from ..models import Group, GroupMembership, Site, User, UserSiteInfo
-from ..models.base import select, select_one
+from ..models.base import count, select, select_one
 
 Session = AsyncClientSession | None
 # Multi-field lookups go through ``models.base.select`` (one indexed field in the store,
@@ -181,7 +181,7 @@ async def page_groups(*, limit: int, offset: int = 0, type: str | None = None,
         allowed = set(among) if named is None else set(among) & set(named["$in"])  # type: ignore[index]
         query["name"] = {"$in": sorted(allowed)}
     collection = Group.get_pymongo_collection()
-    total = await collection.count_documents(query, session=session)
+    total = await count(Group, query, session)
     cursor = collection.find(query, {"_id": 0, "name": 1, "gid": 1, "type": 1},
                              session=session).sort("name", 1).skip(offset).limit(limit)
     found = [{"name": r["name"], "gid": r.get("gid"), "type": r.get("type")}

@@ -15,7 +15,7 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from ..constants import USER_TYPES
 from ..errors import InvalidInput, NotFound
 from ..models import Site, SshKey, User, UserSiteInfo
-from ..models.base import rows, select_one
+from ..models.base import columns, count, select_one
 from ..validation import require_limit
 from .access_status import require_access, require_status
 
@@ -172,20 +172,20 @@ async def _site_names(site: str, *, status: str | None, access: str | None,
                       type: str | None, group: str | None, operator: Operator,
                       session: Session) -> list[str]:
     """Sorted names of the site's users matching the site-effective filters, from
-    projected rows (no model per user): the site's records, and the users' own status,
+    projected columns (no model per user): the site's records, and the users' own status,
     access and type only when a filter needs them."""
     from .group import effective_group_members
 
     if await Site.find_one(Site.name == site, session=session) is None:
         raise NotFound(f"site {site!r} does not exist")
     here = {r["user"]: _Effective(r.get("status"), r.get("access") or [])
-            for r in await rows(UserSiteInfo, {"site": site}, "user", "status", "access",
-                                session=session)}
+            for r in await columns(UserSiteInfo, {"site": site}, "user", "status", "access",
+                                   session=session)}
     people: dict[str, tuple[str | None, _Effective]] = {}
     if status is not None or access is not None or type is not None:
         people = {r["name"]: (r.get("type"), _Effective(r.get("status"), r.get("access") or []))
-                  for r in await rows(User, {}, "name", "type", "status", "access",
-                                      session=session) if r["name"] in here}
+                  for r in await columns(User, {}, "name", "type", "status", "access",
+                                         session=session) if r["name"] in here}
     sets: list[set[str]] = []
     if type is not None:
         sets.append({n for n, (t, _) in people.items() if t == type})
@@ -254,7 +254,7 @@ async def page_users(*, limit: int, offset: int = 0, status: str | None = None,
     await _check_filters(status, access, type, group, session)
     if site is None:
         query = await _global_query(status, access, type, group, "AND", session)
-        total = await User.find(query, session=session).count()
+        total = await count(User, query, session)
         found = await User.find(query, session=session).sort(+User.name).skip(
             offset).limit(limit).to_list()
         return found, total

@@ -415,6 +415,7 @@ def build_router(prefix: str) -> APIRouter:
                           account: OptName = None, limit: Limit = 100,
                           offset: Offset = 0) -> dict[str, Any]:
         from ..models import QuotaAdjustment
+        from ..models.base import count
         from ..queries.site import get_site
 
         await subject_allowed(who, rules.QUOTA_READ, user, account)
@@ -423,7 +424,7 @@ def build_router(prefix: str) -> APIRouter:
         if user is not None or account is not None:
             where = {"$and": [where, {"user": user} if user is not None
                               else {"account": account}]}
-        total = await QuotaAdjustment.find(where).count()
+        total = await count(QuotaAdjustment, where)
         rows = await QuotaAdjustment.find(where).sort(-QuotaAdjustment.at_epoch).skip(
             offset).limit(limit).to_list()
         return paged([{"user": a.user, "account": a.account, "cpu_minutes": a.cpu_minutes,
@@ -615,8 +616,9 @@ def build_router(prefix: str) -> APIRouter:
                         limit: Limit = 50, offset: Offset = 0) -> dict[str, Any]:
         authorize(who, rules.SYNC_READ)
         where = {k: v for k, v in (("site", site), ("target", target)) if v is not None}
-        query = SyncRun.find(where)
-        total = await query.count()
+        from ..models.base import count
+
+        total = await count(SyncRun, where)
         runs = await SyncRun.find(where).sort(-SyncRun.started_at).skip(offset).limit(
             limit).to_list()
         items = [{"id": r.id, "target": r.target, "site": r.site, "author": r.author,
