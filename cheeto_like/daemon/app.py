@@ -255,7 +255,8 @@ def check_pidfile(path: Path) -> None:
         return
     except PermissionError:
         pass
-    raise Conflict(f"beat is already running (pid {pid}, pidfile {path}); run exactly one")
+    raise Conflict(f"beat is already running (pid {pid}, pidfile {path}); one per pidfile "
+                   "(a standby beat on this host needs its own --pidfile and --schedule-file)")
 
 
 def run_celery(app: Celery, argv: list[str]) -> int:
