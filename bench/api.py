@@ -8,7 +8,7 @@ fixed time with an async httpx client at a given concurrency, then (when install
 
     .venv/bin/python bench/api.py [--users 10000] [--groups 2000] [--duration 20]
                                   [--concurrency 1 4] [--cache 0 30] [--no-wrk]
-                                  [--routes puppet|auth|all]
+                                  [--routes puppet|auth|lists|all]
 
 ``--routes auth`` drives the authenticated ``/api/v1`` reads instead (a signed token
 checked against the revocation collection, roles loaded per request; or a managed API
@@ -80,6 +80,20 @@ def auth_endpoints(base: str, token: str, key: str,
         "v1 user (token)": (f"{v1}/users/{user}", bearer),
         "v1 quota of a user (token)": (f"{v1}/quotas/{SITE}?user={user}", bearer),
         "v1 sites (api key)": (f"{v1}/sites", {"X-API-Key": key}),
+    } | list_endpoints(base, token)
+
+
+def list_endpoints(base: str, token: str) -> dict[str, tuple[str, dict[str, str]]]:
+    """The /api/v1 list routes: one page, whatever the site's size (paging in the
+    store), with ``healthz`` as the static baseline."""
+    bearer = {"Authorization": f"Bearer {token}"}
+    v1 = f"{base}/api/v1"
+    return {
+        "healthz (static baseline)": (f"{base}/healthz", {}),
+        "v1 users page of 10 (token)": (f"{v1}/users?limit=10", bearer),
+        "v1 users page of 100 (token)": (f"{v1}/users?limit=100", bearer),
+        "v1 users of a site, page of 10 (token)": (f"{v1}/users?site={SITE}&limit=10", bearer),
+        "v1 groups page of 100 (token)": (f"{v1}/groups?limit=100", bearer),
     }
 
 
@@ -92,8 +106,14 @@ async def credentials(store: Any, tmp: Path) -> tuple[str, str, str]:
     user = "e00000"
     await GrantRole.run(store, "bench", user=user, role="admin")
     made = await CreateApiKey.run(store, "bench", name="bench", scopes=["api:read"])
+    try:  # tokens name the user's id since issue 23; a baseline tree may sign the name
+        from cheeto_like.auth.principal import subject_of
+    except ImportError:
+        subject = user
+    else:
+        subject = await subject_of(user)
     token, _ = TokenIssuer.from_config(ApiConfig(jwt_key_file=tmp / "jwt.key")).issue(
-        user, 24 * 3600)
+        subject, 24 * 3600)
     return token, made.secret, user
 
 
@@ -219,8 +239,10 @@ async def main() -> None:
                         help="api.cache_seconds settings to measure (0: every request "
                              "queries the store)")
     parser.add_argument("--no-wrk", action="store_true", help="skip wrk even if installed")
-    parser.add_argument("--routes", choices=("puppet", "auth", "all"), default="puppet",
-                        help="the puppet exports, the authenticated /api/v1 reads, or both")
+    parser.add_argument("--routes", choices=("puppet", "auth", "lists", "all"),
+                        default="puppet",
+                        help="the puppet exports, the authenticated /api/v1 reads, only "
+                             "the /api/v1 list routes, or all")
     opts = parser.parse_args()
     use_wrk = not opts.no_wrk and shutil.which("wrk") is not None
     with tempfile.TemporaryDirectory(prefix="cheeto-bench-api-") as name:
@@ -252,6 +274,8 @@ async def main() -> None:
                     routes |= endpoints(base)
                 if opts.routes in ("auth", "all"):
                     routes |= auth_endpoints(base, token, secret, user)
+                elif opts.routes == "lists":
+                    routes |= list_endpoints(base, token)
                 for name, (url, headers) in routes.items():
                     runs: dict[str, Any] = {"httpx": []}
                     for concurrency in opts.concurrency:
