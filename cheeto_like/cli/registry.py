@@ -106,6 +106,8 @@ NODES: tuple[Node, ...] = (
     G("token", "signed API tokens: issue offline, revoke a person's"),
     C("token issue", "token", "issue a signed token for a user (printed on stdout)"),
     C("token revoke", "token", "end every token and dashboard session of a user"),
+    C("token init-key", "token", "make the API's token key where the config keeps it "
+                                 "(its file, or the store), once"),
     G("ng", "manage the source of truth (sites, users, groups, …)"),
     G("ng site", "sites (clusters)"),
     C("ng site adopt", "ng.site_adopt",

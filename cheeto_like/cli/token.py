@@ -68,3 +68,33 @@ async def token_revoke(args: argparse.Namespace) -> int:
 @token_revoke.args()
 def _(parser: a.Parser) -> None:
     a.user(parser, help="whose tokens and sessions end")
+
+
+@command("token", "init-key", help="make the API's token key where the config keeps it "
+                                   "(its file, or the store), once", store=True)
+async def token_init_key(args: argparse.Namespace) -> int:
+    """What ``daemon api`` does at its first start, on purpose: for a key file to copy to
+    every API host, or before ``token issue`` on a host whose API has not started yet. An
+    existing key is kept (and checked), never replaced."""
+    from ..auth.tokens import describe_key, key_file, load_or_create_key, load_store_key
+
+    ctx = args.ctx
+    api = ctx.config.api
+    where = describe_key(api)
+    if where == "store":
+        await load_store_key(ctx.require_store())
+        ctx.out.success("the token key is in the store (collection token_keys): every API "
+                        "process and `cheeto token issue` with this config use it")
+        return 0
+    path = key_file(api)
+    existed = path.is_file()
+    load_or_create_key(path, create=True)
+    state = "is already" if existed else "was made (0600)"
+    ctx.out.success(esc(f"the token key {state} at {path}; with several API hosts, copy this "
+                        "file to each and set api.jwt_key_file (or use api.jwt_key: store)"))
+    return 0
+
+
+@token_init_key.args()
+def _(parser: a.Parser) -> None:
+    pass

@@ -185,3 +185,34 @@ def test_state_directory_holds_the_default_key(world, mongo_config, request, tmp
         kill_procs([api.proc])
     assert "created a new token key" in api.log.read_text()
     assert [p for p in tmp_path.rglob("jwt.key")] == [state / "jwt.key"]
+
+
+def test_init_key_makes_the_key_token_issue_then_uses(world, mongo_config, request, tmp_path):
+    """``cheeto token init-key`` is the API's first start on purpose: the key appears
+    where the config keeps it (0600), once; ``token issue`` then signs with it, and the
+    API started later with the same key accepts the token."""
+    shared = tmp_path / "etc" / "jwt.key"
+    config = write_config(tmp_path / "config.yaml", mongo_config, module_database(request),
+                          jwt_key_file=str(shared))
+    env = home_env(tmp_path / "admin")
+
+    def init() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([CHEETO, "token", "init-key", "--config", str(config)],
+                              env=env, capture_output=True, text=True, timeout=120,
+                              check=False)
+
+    first = init()
+    assert first.returncode == 0, first.stderr
+    assert "was made (0600)" in first.stderr and shared.stat().st_mode & 0o777 == 0o600
+    key = shared.read_bytes()
+    again = init()
+    assert again.returncode == 0 and "is already" in again.stderr
+    assert shared.read_bytes() == key  # kept, never replaced
+    issued = issue(config, tmp_path / "admin", "alice")
+    assert issued.returncode == 0, issued.stderr
+    api = Api(config, tmp_path / "host-a")
+    try:
+        api.wait()
+        assert api.me(issued.stdout.strip()).status_code == 200
+    finally:
+        kill_procs([api.proc])
