@@ -136,7 +136,10 @@ mongo:
 #     # cache_seconds: 30        # exports rebuilt on a change, else at most every 30 s
 #     # sign-in and API keys (/api/v1; README "Sign-in, roles and the API"):
 #     # managed_keys_only: true  # accepted for compatibility: keeps --insecure closed
-#     # jwt_key_file: /var/lib/cheeto/jwt.key   # default $XDG_STATE_HOME/cheeto/jwt.key
+#     # one token key for every API host and `cheeto token issue`: a file copied to each
+#     # (default $STATE_DIRECTORY/jwt.key under systemd, else $XDG_STATE_HOME/cheeto/jwt.key)
+#     # jwt_key_file: /etc/cheeto/jwt.key
+#     # jwt_key: store           # or keep it in the store (readable by whoever reads it)
 #     # token_ttl_hours: 8
 #     # login_groups: [hpc-staff]  # only members may sign in (default: every user)
 #     # failed sign-ins, counted in the store for every API process, per window:
