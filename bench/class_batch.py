@@ -1,15 +1,17 @@
-"""Measure one class batch (``ng user new class``): the transaction's duration, the
-commands sent inside it, and how much it writes (issue 24.5: a transaction must stay
-well under MongoDB's 60 s ``transactionLifetimeLimitSeconds`` and its cache limit).
+"""Measure class batches (``ng user new class``): how many transactions a batch takes,
+the longest one, the commands sent inside them, and how much they write (issue 24.5: a
+transaction must stay well under MongoDB's 60 s ``transactionLifetimeLimitSeconds`` and
+its cache limit; a batch runs in chunks of ``--chunk-size`` accounts).
 
 Runs ``CreateClassUsers`` for each ``--count`` on a fresh database and prints one JSON
-object: per batch, the transaction's wall seconds (first command of the transaction to
-its commit's reply), the number of commands in it (by name), and the BSON bytes of the
-documents it inserts and of its update commands. Password hashing (``prepare``, before
-the transaction, ~0.1-1 s per account with yescrypt) is replaced by a fixed hash, so the
-figures are the transaction's alone.
+object: per batch, the run's wall seconds, the number of transactions and the longest
+one's wall seconds (its first command to its commit's reply), the commands inside
+transactions (by name), and the BSON bytes of the documents inserted and of the update
+commands. Password hashing (``prepare``, before any transaction, ~0.1-0.3 s per account
+with yescrypt) is replaced by a fixed hash, so the figures are the store's alone.
 
-    .venv/bin/python bench/class_batch.py [--count 300 --count 2000] [--mongo-uri URI]
+    .venv/bin/python bench/class_batch.py [--count 300 --count 2000] [--chunk-size 25]
+        [--mongo-uri URI]
 
 Without ``--mongo-uri`` it starts its own embedded store in a temporary directory.
 """
@@ -32,7 +34,7 @@ from pymongo import monitoring
 
 from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
 from cheeto_like.credentials import hash_password
-from cheeto_like.operations.class_users import CreateClassUsers
+from cheeto_like.operations.class_users import CHUNK, CreateClassUsers
 from cheeto_like.operations.group import SeedAccessStatusGroups
 from cheeto_like.operations.site import CreateSite
 from cheeto_like.operations.storage import (
@@ -49,20 +51,23 @@ HASH = hash_password("not-a-real-password")
 
 class Commands(monitoring.CommandListener):
     """Every command sent inside a transaction (``txnNumber`` + ``autocommit``), with
-    the time of the first one and of the commit's reply."""
+    each transaction's first command and commit reply times."""
 
     def __init__(self) -> None:
         self.names: Counter[str] = Counter()
         self.insert_bytes = self.update_bytes = 0
-        self.first: float | None = None
-        self.committed: float | None = None
+        self.opened: dict[tuple[Any, Any], float] = {}
+        self.commits: dict[int, tuple[Any, Any]] = {}
+        self.durations: list[float] = []
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         cmd = event.command
         if "autocommit" not in cmd:
             return
-        if self.first is None:
-            self.first = time.perf_counter()
+        key = (bytes(cmd["lsid"]["id"]), cmd.get("txnNumber"))
+        self.opened.setdefault(key, time.perf_counter())
+        if event.command_name == "commitTransaction":
+            self.commits[event.request_id] = key
         self.names[event.command_name] += 1
         if event.command_name == "insert":
             self.insert_bytes += sum(len(bson.encode(d)) for d in cmd.get("documents", []))
@@ -70,8 +75,9 @@ class Commands(monitoring.CommandListener):
             self.update_bytes += sum(len(bson.encode(u)) for u in cmd.get("updates", []))
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        if event.command_name == "commitTransaction":
-            self.committed = time.perf_counter()
+        key = self.commits.pop(event.request_id, None)
+        if key is not None and key in self.opened:
+            self.durations.append(time.perf_counter() - self.opened.pop(key))
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
         pass
@@ -96,7 +102,7 @@ async def setup(store: Store) -> None:
                                      home_quota="20G", home_automount_map="home")
 
 
-async def measure(mongo: MongoConfig, count: int) -> dict[str, Any]:
+async def measure(mongo: MongoConfig, count: int, chunk: int) -> dict[str, Any]:
     listener = Commands()
     store = await connect(mongo, autostart=False, listeners=[listener])
     try:
@@ -107,12 +113,14 @@ async def measure(mongo: MongoConfig, count: int) -> dict[str, Any]:
         started = time.perf_counter()
         await FixedHashBatch.run(store, "bench", site=SITE, prefix=f"c{count}", count=count,
                                  email="ta@example.org",
-                                 expires_at=datetime.now(UTC) + timedelta(days=90))
+                                 expires_at=datetime.now(UTC) + timedelta(days=90),
+                                 chunk_size=chunk)
         total = time.perf_counter() - started
     finally:
         await store.close()
-    txn = (listener.committed or 0) - (listener.first or 0)
-    return {"count": count, "transaction_s": round(txn, 2), "run_s": round(total, 2),
+    return {"count": count, "chunk_size": chunk, "run_s": round(total, 2),
+            "transactions": len(listener.durations),
+            "longest_transaction_s": round(max(listener.durations, default=0), 2),
             "commands": sum(listener.names.values()),
             "commands_per_user": round(sum(listener.names.values()) / count, 1),
             "by_command": dict(listener.names.most_common()),
@@ -123,6 +131,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, action="append",
                         help="batch sizes (repeatable; default 300 and 2000)")
+    parser.add_argument("--chunk-size", type=int, default=CHUNK,
+                        help=f"accounts per transaction (default {CHUNK})")
     parser.add_argument("--mongo-uri", help="a MongoDB replica set to use instead")
     opts = parser.parse_args()
     counts = opts.count or [300, 2000]
@@ -139,8 +149,9 @@ async def main() -> None:
             results = []
             for count in counts:
                 progress(f"batch of {count}")
-                results.append(await measure(mongo, count))
-                progress(f"  {results[-1]['transaction_s']} s, "
+                results.append(await measure(mongo, count, opts.chunk_size))
+                progress(f"  {results[-1]['run_s']} s, {results[-1]['transactions']} "
+                         f"transactions (longest {results[-1]['longest_transaction_s']} s), "
                          f"{results[-1]['commands']} commands")
         finally:
             if server is not None:

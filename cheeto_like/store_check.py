@@ -10,6 +10,8 @@
   rest needs a person to decide).
 - Imports: no import (``migrate from-cheeto``, ``ng site adopt``) stopped part-way
   (``queries/imports.py``): the store would hold part of one until it is run again.
+- Class batches: no ``ng user new class`` batch stopped part-way
+  (``queries/class_batches.py``): its accounts so far are inactive, passwords void.
 """
 
 from __future__ import annotations
@@ -134,10 +136,21 @@ async def check_imports(store: Store) -> list[CheckRow]:
                      or "no import stopped part-way")]
 
 
+async def check_class_batches(store: Store) -> list[CheckRow]:
+    from .queries.class_batches import describe_batch, unfinished_class_batches
+
+    pending = await unfinished_class_batches(store)
+    return [CheckRow("class batches", "class_batches", "problem" if pending else "ok",
+                     len(pending), len(pending),
+                     "; ".join(describe_batch(r) for r in pending)
+                     or "no class batch stopped part-way")]
+
+
 async def check_store(store: Store, config: MongoConfig, *,
                       repair: bool = False) -> list[CheckRow]:
     rows = check_files(config, store.database.name)
     rows += await check_documents(store)
     rows += await check_names(store, repair=repair)
     rows += await check_imports(store)
+    rows += await check_class_batches(store)
     return rows

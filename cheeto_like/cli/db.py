@@ -99,13 +99,21 @@ async def db_status(args: argparse.Namespace) -> int:
 
         info = await store.client.admin.command("buildInfo")
         data |= {"answers": True, "server_version": info.get("version", "unknown")}
+        from ..queries.class_batches import describe_batch, unfinished_class_batches
+
         pending = [describe(r) for r in await unfinished_imports(store)]
         if pending:
             data["unfinished_import"] = pending[0] if len(pending) == 1 else pending
+        batches = [describe_batch(r) for r in await unfinished_class_batches(store)]
+        if batches:
+            data["unfinished_class_batches"] = batches
         await store.close()
     ctx.out.show(data, title="store")
     if data.get("unfinished_import") and not ctx.out.machine:
         ctx.out.warn(esc(data["unfinished_import"]))
+    if not ctx.out.machine:
+        for line in data.get("unfinished_class_batches") or []:
+            ctx.out.warn(esc(line))
     return 0 if data["answers"] else 1
 
 

@@ -112,5 +112,6 @@ async def test_a_class_batch_draws_its_progress_on_a_terminal(cli, cli_config, d
     stream.flush()
     drawn = drain(master)
     assert code == 0, drawn
-    assert "hashing passwords" in drawn and "3/3" in drawn
+    # hashing, then the chunks: each account created, then activated (2 units each)
+    assert "class accounts" in drawn and "6/6" in drawn
     assert len(out.getvalue().splitlines()) == 3  # the passwords, on stdout only

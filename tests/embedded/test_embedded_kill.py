@@ -1,7 +1,7 @@
 """A writer killed mid-transaction leaves all of its operation or none of it, and the
 embedded store keeps working: the server, not the client, owns transactions.
 
-A real ``CreateClassUsers`` batch (one transaction, ~800 commands) runs in a subprocess
+A real class-batch chunk of 40 accounts (one transaction, ~800 commands) runs in a subprocess
 that prints each command it sends; the test kills it (SIGKILL, then SIGTERM) after the
 k-th command for 20 values of k spread over the whole transaction. After every kill the
 store holds the whole batch (users, groups, homes, History row) or none of it, and at the
@@ -59,7 +59,7 @@ def outcome(server: EmbeddedServer, prefix: str) -> str:
         users = db.users.count_documents({"name": {"$in": names}})
         groups = db.groups.count_documents({"name": {"$in": names}})
         homes = db.storages.count_documents({"owner": {"$in": names}})
-        history = sum(1 for row in db.history.find({"op": "create_class_users"})
+        history = sum(1 for row in db.history.find({"op": "create_class_users_chunk"})
                       if row["changes"]["users"][0] == names[0])
     counts = (users, groups, homes, history)
     if counts == (BATCH, BATCH, BATCH, 1):

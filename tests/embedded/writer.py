@@ -4,11 +4,12 @@
     python -m tests.embedded.writer DATA_DIR batch PREFIX COUNT HASH
     python -m tests.embedded.writer DATA_DIR user NAME UID
 
-``batch`` runs the real ``CreateClassUsers`` operation (one transaction) and prints one
+``batch`` runs the real first chunk of a class batch (``CreateClassChunk`` over the whole
+batch: its record and every account in one transaction, with a History row) and prints one
 line per command it sends (``cmd <name>``), flushed, so the test can kill it at a chosen
 command, once it reads a line on stdin (so the test can start the next writer while the
 current one runs). Its ``prepare`` reuses one given password hash (yescrypt costs ~0.1 s a hash,
-and what is tested is the transaction, which ``prepare`` precedes).
+and what is tested is the transaction, which hashing precedes).
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from typing import Any
 from pymongo import monitoring
 
 from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
-from cheeto_like.operations.base import OpArgs
-from cheeto_like.operations.class_users import CreateClassUsers
+from cheeto_like.operations.class_users import ClassBatchArgs, CreateClassChunk
 from cheeto_like.operations.group import SeedAccessStatusGroups
 from cheeto_like.operations.site import CreateSite
 from cheeto_like.operations.storage import (
@@ -50,14 +50,6 @@ class Announce(monitoring.CommandListener):
         pass
 
 
-class OneHashClassUsers(CreateClassUsers):
-    hashed = ""
-
-    @classmethod
-    async def prepare(cls, args: OpArgs) -> list[tuple[str, str]]:
-        return [("unused-password", cls.hashed)] * args.count  # type: ignore[attr-defined]
-
-
 def config(data_dir: str) -> MongoConfig:
     return MongoConfig(embedded=EmbeddedStoreConfig(path=Path(data_dir)), database=DATABASE)
 
@@ -77,12 +69,14 @@ async def main(data_dir: str, mode: str, *rest: str) -> None:
                                              home_automount_map="home")
         elif mode == "batch":
             prefix, count, hashed = rest
-            OneHashClassUsers.hashed = hashed
+            spec = ClassBatchArgs(site="farm", prefix=prefix, count=int(count),
+                                  email="class@example.org",
+                                  expires_at=datetime.now(UTC) + timedelta(days=30))
             sys.stdin.readline()  # started ahead of time; wait for the test's go-ahead
             print("go", flush=True)
-            await OneHashClassUsers.run(store, AUTHOR, site="farm", prefix=prefix,
-                                        count=int(count), email="class@example.org",
-                                        expires_at=datetime.now(UTC) + timedelta(days=30))
+            await CreateClassChunk.run(store, AUTHOR, spec=spec, batch=spec.batch_id(),
+                                       run="killtest", start=0, stop=spec.count,
+                                       hashes=[hashed] * spec.count, fresh=True)
             print("done", flush=True)
         elif mode == "user":
             name, uid = rest

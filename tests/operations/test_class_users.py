@@ -128,6 +128,7 @@ async def test_history_names_the_users_but_holds_no_password(farm):
 async def test_new_members_make_the_course_group_ldap_dirty(farm):
     group = await Group.find_one({"name": "cs101"})
     group.ldap.synced["farm"] = datetime.now(UTC)  # as if just synced
+    group.ldap.synced_version["farm"] = group.ldap.version
     await group.save()
     assert not (await Group.find_one({"name": "cs101"})).ldap.needs_sync("farm")
     await batch(farm, "cs101", 1, group="cs101")
@@ -144,6 +145,7 @@ async def test_options_access_and_no_group(farm):
 
 @pytest.mark.parametrize(("count", "first", "last"), [
     (1, "p-1", "p-1"), (9, "p-1", "p-9"), (10, "p-01", "p-10"), (100, "p-001", "p-100"),
+    (1000, "p-0001", "p-1000"), (2000, "p-0001", "p-2000"),
 ])
 def test_names_are_zero_padded_to_the_width_of_count(count, first, last):
     args = CreateClassUsers.parse_args(site="farm", prefix="p", count=count,
@@ -244,7 +246,7 @@ async def test_name_collisions_roll_back(farm):
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"count": 0}, "count"),
     ({"count": -1}, "count"),
-    ({"count": 101}, "less than or equal to 100"),  # MAX_CLASS_BATCH (its comment)
+    ({"count": 2001}, "less than or equal to 2000"),  # MAX_CLASS_BATCH
     ({"expires_at": datetime.now(UTC) - timedelta(minutes=1)}, "in the future"),
     ({"expires_at": datetime(2020, 1, 1)}, "in the future"),  # naive: taken as UTC
     ({"prefix": "CS"}, "prefix"),

@@ -194,42 +194,73 @@ def _(parser: a.Parser) -> None:
 @command("ng", "user", "new", "class",
          help="create a batch of course accounts (all or nothing)", store=True,
          progress="class accounts")
-async def user_new_class(args: argparse.Namespace) -> None:
-    """Passwords are shown once: in a 0600 file when --file is given (opened before
-    anything is created, removed again if creation fails), else as a table on stdout."""
-    from ...operations.class_users import CreateClassUsers
+async def user_new_class(args: argparse.Namespace) -> int:
+    """Passwords are shown once: in a new 0600 file when --file is given (checked before
+    anything is created, written only once the whole batch is), else on stdout. A batch
+    that was interrupted is finished by the same command (operations/class_users.py)."""
+    from ...operations.class_users import CHUNK, CreateClassUsers
 
     ctx = args.ctx
     expires = a.future_or_none(args.expires_at, "--expires-at")
-    handle = None
-    if args.file:
-        path = Path(args.file).expanduser()
+    path = Path(args.file).expanduser() if args.file else None
+    if path is not None:
+        _probe_new_file(path)
+    created = await CreateClassUsers.run(
+        ctx.store, ctx.author, site=args.site, prefix=args.prefix, count=args.count,
+        email=args.email, expires_at=expires, group=args.group,
+        chunk_size=CHUNK if args.chunk_size is None else args.chunk_size,
+        **({"access": args.access} if args.access else {}))
+    if created.replaced:
+        ctx.out.warn(f"finished an interrupted batch: the {esc(created.replaced)} account(s) "
+                     "its earlier run created got new passwords (that run's passwords were "
+                     "never written out and are void)")
+    text = "".join(f"{user.name} {password}\n" for user, password in created)
+    if path is not None:
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            raise InvalidInput(f"{path} already exists; choose a new file") from None
+            _write_new_file(path, text)
         except OSError as exc:
-            raise InvalidInput(f"cannot create {path}: {exc.strerror}") from None
-        handle = os.fdopen(fd, "w")
-    try:
-        created = await CreateClassUsers.run(
-            ctx.store, ctx.author, site=args.site, prefix=args.prefix, count=args.count,
-            email=args.email, expires_at=expires, group=args.group,
-            **({"access": args.access} if args.access else {}))
-    except BaseException:
-        if handle is not None:
-            handle.close()
-            Path(args.file).expanduser().unlink(missing_ok=True)
-        raise
-    lines = [f"{user.name} {password}" for user, password in created]
-    if handle is not None:
-        with handle:
-            handle.write("".join(f"{line}\n" for line in lines))
+            ctx.out.error(f"created {len(created)} class account(s), but cannot write {path}: "
+                          f"{exc.strerror or exc}; passwords (shown once) on stdout instead")
+            ctx.out.write_raw(text)
+            return 1
         ctx.out.success(f"created {len(created)} class account(s); passwords in {esc(args.file)}")
     else:
         ctx.out.success(f"created {len(created)} class account(s); passwords (shown once) "
                         "on stdout:")
-        ctx.out.write_raw("".join(f"{line}\n" for line in lines))
+        ctx.out.write_raw(text)
+    return 0
+
+
+def _probe_new_file(path: Path) -> None:
+    """Refuse, before any work, a passwords file that exists or cannot be created; the
+    probe is removed at once (the file is written only when the batch is done, so a
+    batch killed mid-way leaves none behind)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise InvalidInput(f"{path} already exists; choose a new file") from None
+    except OSError as exc:
+        raise InvalidInput(f"cannot create {path}: {exc.strerror}") from None
+    except ValueError:  # a NUL in the path
+        raise InvalidInput(f"cannot create {path}: a path cannot hold a NUL character") \
+            from None
+    os.close(fd)
+    path.unlink(missing_ok=True)
+
+
+def _write_new_file(path: Path, text: str) -> None:
+    """Write a 0600 file next to ``path`` and link it into place only if ``path`` does
+    not exist: readers never see half a file, and nothing is ever overwritten."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o600)
+        os.link(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 @user_new_class.args()
@@ -237,7 +268,7 @@ def _(parser: a.Parser) -> None:
     a.site(parser)
     parser.add_argument("--prefix", required=True, help="names become <prefix>-01, …")
     parser.add_argument("--count", "-n", type=int, required=True,
-                        help="how many accounts to create")
+                        help="how many accounts to create (at most 2000)")
     parser.add_argument("--expires-at", required=True, metavar="WHEN",
                         help=a.when_help("when the accounts expire"))
     parser.add_argument("--file", "-f", metavar="PATH",
@@ -247,6 +278,8 @@ def _(parser: a.Parser) -> None:
                         help="default: login-ssh slurm")
     parser.add_argument("--email", default="hpc-help@ucdavis.edu",
                         help="contact address recorded for every account")
+    parser.add_argument("--chunk-size", type=int, metavar="N",
+                        help="accounts per transaction (default 25)")
 
 
 # -- attributes ------------------------------------------------------------------------
