@@ -587,8 +587,20 @@ async def _switch(store: Store, record: dict[str, Any]) -> None:
         staging = staging_name(name, record["restore_id"])
         if staging in existing:
             await replace_collection(store, staging, name)
+    await forget_ldap_marks(store)
     await store.database[RESTORES].delete_one({"_id": RECORD_ID})
     await store.bind()
+
+
+async def forget_ldap_marks(store: Store) -> None:
+    """Drop every site's LDAP watermark after a restore. The marks say what the directory
+    held when the dump was made; the directory may be ahead of that (runs since the
+    dump), so a restored mark would call unchanged records clean and hide the
+    difference. Without a mark the next LDAP run compares the whole site."""
+    from .sync.ldap_mark import COLLECTION, VERSIONS
+
+    for name in (COLLECTION, VERSIONS):
+        await store.database[name].delete_many({})
 
 
 async def replace_collection(store: Store, source: str, target: str) -> None:

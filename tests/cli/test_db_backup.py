@@ -93,6 +93,31 @@ async def test_dump_restore_check_round_trip(db, cli, cli_config, tmp_path):
     await drop(db, target_db)
 
 
+async def test_a_restore_forgets_the_ldap_marks(db, cli, cli_config, tmp_path):
+    """The marks say what the directory held at dump time; the directory may be ahead of
+    that, so the restored store keeps none and the next LDAP run compares everything."""
+    await seed(db)
+    await db.database["ldap_marks"].insert_one({"_id": "farm", "through_ms": 1})
+    await db.database["ldap_mark_versions"].insert_one({"_id": "farm:0", "v": {}})
+    archive = tmp_path / "marks.tar.gz"
+    try:
+        assert (await cli("db", "dump", "-o", str(archive))).code == 0
+    finally:  # raw collections the module's wipe does not empty
+        await db.database["ldap_marks"].delete_many({})
+        await db.database["ldap_mark_versions"].delete_many({})
+    target_db = f"{db.database.name}_marks"[:63]
+    target = config_for(cli_config, target_db, tmp_path)
+    await drop(db, target_db)
+    r = await cli("db", "restore", str(archive), config=target)
+    assert r.code == 0, r.stderr
+    restored = db.client[target_db]
+    assert await restored["ldap_marks"].count_documents({}) == 0
+    assert await restored["ldap_mark_versions"].count_documents({}) == 0
+    assert await restored["users"].count_documents({}) == await db.database[
+        "users"].count_documents({})
+    await drop(db, target_db)
+
+
 async def test_dump_refuses_to_overwrite_without_force(db, cli, tmp_path):
     archive = tmp_path / "b.tar.gz"
     archive.write_text("keep me")
