@@ -98,8 +98,9 @@ def lease_key(spec: TaskSpec) -> str:
 async def clear_dead_leases(store: Store) -> list[str]:
     """Delete every lease (task or reconciler) whose holder was a process of this pid
     namespace and boot that no longer runs (``holder_is_gone``: never judged by hostname,
-    never a lease this process holds now): a worker child killed mid-task, whose message the broker then
-    redelivers, must not find its own corpse holding the site until the lease expires.
+    never a lease this process holds now): a worker child killed mid-task, whose message
+    the broker then redelivers, must not find its own corpse holding the site until the
+    lease expires.
     Returns the lease ids removed. (``sync_leases`` holds one document per running sync.)"""
     collection = SyncLease.get_pymongo_collection()
     dead = [doc async for doc in collection.find({})
