@@ -33,7 +33,7 @@ async def db_prune_retention(args: argparse.Namespace) -> None:
     if not ctx.out.machine:
         total = sum(report.deleted.values())
         note = " (dry run: nothing changed)" if args.dry_run else ""
-        ctx.out.success(f"{verb} {esc(total)} document(s){esc(note)}")
+        ctx.out.success(f"{esc(verb)} {esc(total)} document(s){esc(note)}")
 
 
 @db_prune_retention.args()
