@@ -423,7 +423,10 @@ class CreateClassUsers:
         bid = spec.batch_id()
         record = await _batch_records().find_one({"_id": bid})
         if record is None:
-            await check_batch(spec, None)
+            try:
+                await check_batch(spec, None)
+            except AlreadyExists as exc:
+                raise await _with_unfinished(exc, spec) from None
         else:
             _same_options(record, spec)
         pairs = await cls.prepare(spec)
@@ -478,6 +481,18 @@ def _same_options(record: dict[str, Any], spec: ClassBatchArgs) -> None:
         shown = ", ".join(f"{k} {record.get(k)!r}" for k in differ)
         raise Conflict(f"{describe_batch(record)}, with {shown}: give the same options "
                        "(nothing was written)")
+
+
+async def _with_unfinished(exc: AlreadyExists, spec: ClassBatchArgs) -> AlreadyExists:
+    """Names taken by an unfinished batch of the same prefix (run with another count):
+    say which command finishes it."""
+    others = [r for r in await _batch_records().find({"prefix": spec.prefix}).to_list()
+              if r.get("site") == spec.site]
+    if others:
+        exc.message = (f"{exc.message}; {describe_batch(others[0])} (with --count "
+                       f"{others[0].get('count')})")
+        exc.args = (exc.message,)
+    return exc
 
 
 def _stopped(exc: CheetoError, record: dict[str, Any] | None) -> CheetoError:

@@ -204,6 +204,13 @@ async def test_a_rerun_with_other_options_is_refused(farm):
     assert await User.find({"type": "class"}).count() == before
 
 
+async def test_a_rerun_with_another_count_names_the_unfinished_batch(farm):
+    await interrupted(farm, "ct", 4, 2, after=1)
+    with pytest.raises(AlreadyExists, match=r"already taken: ct-1, ct-2.*was interrupted "
+                                            r"after 2 of 4 accounts.*--count 4"):
+        await batch(farm, "ct", 2, 2)
+
+
 async def test_another_batch_keeps_clear_of_an_unfinished_batchs_uids(farm):
     record = await interrupted(farm, "aa", 6, 2, after=1)
     created = await batch(farm, "bb", 2, 2)
