@@ -3,9 +3,10 @@ no operation yet, by inserting documents directly), so tests read as a story."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import subprocess
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +174,18 @@ async def insert_audit_run(run: Any, findings: Sequence[dict[str, Any]] = (),
             await AuditFinding(id=f"{run.id}:{tag}:{n}", run=run.id, list=name, index=n,
                                started_at=run.started_at, data=data).insert()
     return run
+
+
+@contextlib.asynccontextmanager
+async def transaction_lifetime(store: Store, seconds: int) -> AsyncIterator[None]:
+    """``transactionLifetimeLimitSeconds`` set to ``seconds`` on the store (mongod's
+    ``setParameter``, which the test session's embedded store also answers), checked
+    with ``getParameter``, and 60 (the default) again afterwards, whatever happened."""
+    admin = store.client.admin
+    await admin.command("setParameter", 1, transactionLifetimeLimitSeconds=seconds)
+    try:
+        reply = await admin.command("getParameter", 1, transactionLifetimeLimitSeconds=1)
+        assert reply["transactionLifetimeLimitSeconds"] == seconds
+        yield
+    finally:
+        await admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)

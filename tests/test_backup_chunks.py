@@ -27,7 +27,7 @@ from tests.cli.test_db_backup import all_documents, config_for, drop
 from tests.exports.test_golden import seed
 from tests.operations.test_usage import DAY, job
 
-from .factories import AUTHOR
+from .factories import AUTHOR, transaction_lifetime
 
 LEDGER_ROWS = 240
 CHUNK = 25
@@ -36,14 +36,8 @@ CHUNK = 25
 @pytest.fixture
 async def short_transactions(db: Store) -> AsyncIterator[Store]:
     """A 2 s ``transactionLifetimeLimitSeconds`` on the test store, 60 again after."""
-    admin = db.client.admin
-    await admin.command("setParameter", 1, transactionLifetimeLimitSeconds=2)
-    try:
-        reply = await admin.command("getParameter", 1, transactionLifetimeLimitSeconds=1)
-        assert reply["transactionLifetimeLimitSeconds"] == 2
+    async with transaction_lifetime(db, 2):
         yield db
-    finally:
-        await admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)
 
 
 async def seeded_with_ledger(store: Store, rows: int = LEDGER_ROWS) -> None:

@@ -26,7 +26,7 @@ from tests.cli.test_db_backup import all_documents
 from tests.migrate.reference_dump import ReferenceDump, build, ldap_info, ref, stamps
 from tests.test_backup_chunks import StopAfter, sync_client
 
-from ..factories import AUTHOR
+from ..factories import AUTHOR, transaction_lifetime
 
 EXTRA_USERS = 120  # x4 documents (user, personal group, site info, membership), + names
 CHUNK = 25
@@ -60,15 +60,11 @@ def bigger(extra: int = EXTRA_USERS) -> ReferenceDump:
 async def short_transactions(empty_db: Store) -> AsyncIterator[Store]:
     """An empty store whose transactions live at most 2 s (60 again after), and no
     import record left over."""
-    admin = empty_db.client.admin
     await empty_db.database[COLLECTION].delete_many({})
-    await admin.command("setParameter", 1, transactionLifetimeLimitSeconds=2)
     try:
-        reply = await admin.command("getParameter", 1, transactionLifetimeLimitSeconds=1)
-        assert reply["transactionLifetimeLimitSeconds"] == 2
-        yield empty_db
+        async with transaction_lifetime(empty_db, 2):
+            yield empty_db
     finally:
-        await admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)
         await empty_db.database[COLLECTION].delete_many({})
 
 

@@ -35,7 +35,14 @@ from cheeto_like.operations.user import RenameUser
 from cheeto_like.queries.class_batches import COLLECTION, unfinished_class_batch
 from cheeto_like.store import Store
 
-from ..factories import AUTHOR, home_defaults, make_group, make_site, make_user
+from ..factories import (
+    AUTHOR,
+    home_defaults,
+    make_group,
+    make_site,
+    make_user,
+    transaction_lifetime,
+)
 
 SOON = datetime.now(UTC) + timedelta(days=120)
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,14 +56,8 @@ async def farm(db: Store) -> AsyncIterator[Store]:
     await make_site(db, "farm")
     await home_defaults(db)
     await make_group(db, "cs101", gid=70_000)
-    admin = db.client.admin
-    await admin.command("setParameter", 1, transactionLifetimeLimitSeconds=2)
-    try:
-        reply = await admin.command("getParameter", 1, transactionLifetimeLimitSeconds=1)
-        assert reply["transactionLifetimeLimitSeconds"] == 2
+    async with transaction_lifetime(db, 2):
         yield db
-    finally:
-        await admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)
 
 
 class StopAfterChunks:
