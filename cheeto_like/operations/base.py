@@ -244,7 +244,11 @@ class Operation:
             result = self.result = await self.execute(session)
             await generations.mark(session, self._all_touched_sites())
             changes = self.describe()
-            if not skip_history:
+            recorded = not skip_history and self.records_history()
+            if not recorded and history_id is not None and self.transactional:
+                # no History row carries the id this time: claim it by its own record
+                await self._claim(session, operation_id, once)
+            if recorded:
                 history = History(op=self.op_name, author=self.author, changes=changes,
                                   timestamp=utcnow())
                 if history_id is not None and self.transactional:
@@ -315,6 +319,12 @@ class Operation:
 
     def describe(self) -> dict[str, Any]:
         return {}
+
+    def records_history(self) -> bool:
+        """Whether this run writes its History row (asked after ``execute``). An
+        operation that records only changes (the IAM refresh: a nightly run over every
+        user would otherwise add a row per user per night) says no for a no-op."""
+        return True
 
     @classmethod
     def from_args(cls, store: Store, author: str | None, **kwargs: Any) -> Self:

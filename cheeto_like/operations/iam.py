@@ -44,7 +44,7 @@ from ..adapters.iam import IAMBundle, IAMClient, IAMTransientError
 from ..config import IAMConfig, IAMRefresh
 from ..constants import IAM_SYNCABLE_USER_TYPES
 from ..errors import CheetoError, InvalidInput, NotFound
-from ..models import History, SyncRun, User, UserSiteInfo
+from ..models import SyncRun, User, UserSiteInfo
 from ..models.fields import Email, PosixName, UnixId, utcnow
 from ..models.iam import UCDIAMAssociation, UCDIAMInfo, UCDIAMPerson
 from ..queries.iam import as_utc, find_reapable_users, iam_sync_candidates
@@ -292,16 +292,8 @@ class SyncUserIAM(Operation):
                 or self.before["iam_status"] != ("present" if self.outcome.startswith("hit")
                                                  else "missing"))
 
-    async def _run(self, *, skip_history: bool) -> Any:
-        # As Operation._run, but History only for changes (see the module doc).
-        async with self.store.session(transaction=True) as session:
-            result = await self.execute(session)
-            if not skip_history and self.worth_recording:
-                await History(op=self.op_name, author=self.author, changes=self.describe(),
-                              timestamp=utcnow()).insert(session=session)
-        log.info("%s by %s: %s %s", self.op_name, self.author or "(unknown)",
-                 self.args.username, self.outcome)  # type: ignore[attr-defined]
-        return result
+    def records_history(self) -> bool:
+        return self.worth_recording  # History only for changes (see the module doc)
 
     def describe(self) -> dict[str, Any]:
         r = self.result
