@@ -565,6 +565,7 @@ class FailCommand:
             return "'errorLabels' must be an array"
         self.mode, self.remaining, self.data = new_mode, remaining, data
         self.commands = frozenset(c.lower() for c in commands)
+        self.entered = 0  # as mongod's setMode: the reply had the count before this one
         return None
 
     def fires(self, name: str, app_name: str | None) -> dict[str, Any] | None:
