@@ -6,7 +6,9 @@
 # ssh-keygen and openssl (the container entrypoint and API TLS tests make keys), zsh
 # (the completion tests run the zsh script in a real zsh), and Chromium with its
 # chromedriver (the dashboard's browser tests drive them; nothing downloads a browser),
-# and wrk (bench/api.py's load generator; it falls back to httpx without it).
+# and wrk (bench/api.py's load generator; it falls back to httpx without it), and the
+# submit-time quota check's runtime: slurmctld's job_submit/lua plugin (Debian's
+# slurm-wlm-basic-plugins, Lua 5.1) with lua-dbi-sqlite3 to read the head node's table.
 #
 # Only what is missing is installed, so a second run is quick and prints one summary line.
 # Presence is judged by a binary or header that each package provides, not by dpkg state,
@@ -36,11 +38,14 @@ declare -A PROBE=(
   [chromium]=cmd:chromium
   [chromium-driver]=cmd:chromedriver
   [wrk]=cmd:wrk
+  [slurm-wlm-basic-plugins]=file:/usr/share/doc/slurm-wlm-basic-plugins/copyright
+  [lua-dbi-sqlite3]=file:/usr/share/lua/5.1/DBI.lua
+  [sqlite3]=cmd:sqlite3
 )
 # Install order is fixed so the apt command line is stable and readable.
 ORDER=(slurmdbd slurmctld slurmd slurm-client munge mariadb-server mariadb-client slapd ldap-utils
        libldap-dev libsasl2-dev gcc rabbitmq-server git openssh-client openssl zsh
-       chromium chromium-driver wrk)
+       chromium chromium-driver wrk slurm-wlm-basic-plugins lua-dbi-sqlite3 sqlite3)
 
 present() {  # $1: probe spec "cmd:NAME" or "file:PATH"
   local kind=${1%%:*} what=${1#*:}
