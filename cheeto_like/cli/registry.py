@@ -135,6 +135,8 @@ NODES: tuple[Node, ...] = (
     C("ng site slurm clear-default", "ng.site", "clear the site's default Slurm account"),
     C("ng site slurm set-cluster", "ng.site",
       "set the Slurm ClusterName the site syncs to (default: the site name)"),
+    C("ng site slurm set-mode", "ng.site",
+      "how the Slurm sync treats the cluster: managed, or quota-only"),
     C("ng site new", "ng.site", "create a site"),
     C("ng site list", "ng.site", "list sites"),
     C("ng site show", "ng.site", "show one site"),

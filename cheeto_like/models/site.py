@@ -6,6 +6,8 @@ volumes, automount maps and static mounts by their name at this site.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator, model_validator
 
 from .base import BaseDoc, Embedded, unique
@@ -16,12 +18,21 @@ def _unique_names(values: list[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
+SlurmMode = Literal["managed", "quota_only"]
+
+
 class SiteSlurmSettings(Embedded):
-    """``cluster_name`` is the Slurm ClusterName; None means "same as the site name"."""
+    """``cluster_name`` is the Slurm ClusterName; None means "same as the site name".
+
+    ``mode``: ``managed`` (the store's accounts, associations, QOS and limits are what
+    the Slurm sync makes of the cluster) or ``quota_only`` (a slurm-quota site: the sync
+    leaves accounts and associations as it finds them and only writes quota blocks on
+    the users and accounts it finds there; sync/slurm_quota.py ``quota_only_state``)."""
 
     cluster_name: str | None = None
     sticky: list[PosixName] = Field(default_factory=list)
     default_account: PosixName | None = None
+    mode: SlurmMode = "managed"
 
     @field_validator("sticky")
     @classmethod

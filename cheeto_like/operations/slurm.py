@@ -24,6 +24,7 @@ from ..models import (
 )
 from ..models.base import select
 from ..models.fields import FreeText, PosixName, SiteName
+from ..models.site import SlurmMode
 from ..models.slurm import QOSFlag, SlurmAccountLimits, SlurmName, SlurmTRES, WallTime
 from ..queries.group import get_group
 from ..queries.site import get_site
@@ -664,6 +665,27 @@ class SetSiteSlurmCluster(Operation):
     def describe(self) -> dict[str, Any]:
         return {"site": self.args.site, "cluster_name": self.args.cluster_name,
                 "previous": self.previous}
+
+
+class SetSiteSlurmMode(Operation):
+    """How the Slurm sync treats the site's cluster: ``managed`` (the store's accounts
+    and associations) or ``quota_only`` (a slurm-quota site: only quota blocks on the
+    users and accounts found there; README "Slurm")."""
+
+    op_name = "set_site_slurm_mode"
+
+    class Args(_SiteScoped):
+        mode: SlurmMode
+
+    async def execute(self, session: AsyncClientSession) -> Site:
+        site = await get_site(self.args.site, session)
+        self.previous = site.slurm.mode
+        site.slurm.mode = self.args.mode
+        await site.save(session=session)
+        return site
+
+    def describe(self) -> dict[str, Any]:
+        return {"site": self.args.site, "mode": self.args.mode, "previous": self.previous}
 
 
 

@@ -45,6 +45,7 @@ from .runs import RunJournal, check_budget, close_stale_runs, removed_by
 from .slurm_actual import Policy, StateReader, actual_state, with_deletion_facts
 from .slurm_desired import desired_state
 from .slurm_plan import Plan, plan
+from .slurm_quota import apply_quota_only
 
 TARGET = "slurm"
 
@@ -161,7 +162,7 @@ async def sync_site(store: Store, site_name: str, *, reader: StateReader,
                               runner=runner, held=held, max_deletions=max_deletions,
                               author=author, dump_commands=dump_commands, offline=offline,
                               per_day=per_day, allow_deletions=allow_deletions,
-                              policy=policy)
+                              policy=policy, quota_only=site.slurm.mode == "quota_only")
     except Busy as exc:
         await _record_busy(store, site.name, author, exc)
         raise
@@ -180,7 +181,7 @@ async def _run(store: Store, site: str, cluster: str, *, reader: StateReader,
                runner: CommandRunner | None, held: Held | None, max_deletions: int | None,
                author: str | None, dump_commands: Path | None, offline: bool,
                per_day: int | None, allow_deletions: int | None,
-               policy: Policy | None = None) -> Report:
+               policy: Policy | None = None, quota_only: bool = False) -> Report:
     apply = held is not None
     started = time.monotonic()
     run = SyncRun(target=TARGET, site=site, author=author, apply=apply,
@@ -192,8 +193,12 @@ async def _run(store: Store, site: str, cluster: str, *, reader: StateReader,
     journal = RunJournal(store, run, held=held)
     report: Report | None = None
     try:
-        desired = await desired_state(site)
-        actual = await actual_state(reader, cluster, policy)
+        if quota_only:  # the cluster as found, with only quota blocks changed
+            actual = await actual_state(reader, cluster, policy)
+            desired = await apply_quota_only(actual, site, utcnow())
+        else:
+            desired = await desired_state(site)
+            actual = await actual_state(reader, cluster, policy)
         planned = plan(desired, actual)
         if planned.deletions:  # only deletions need the two costly extra reads
             actual = await with_deletion_facts(reader, actual)

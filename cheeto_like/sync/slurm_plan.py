@@ -89,6 +89,7 @@ class Plan:
     notes: tuple[str, ...] = ()
     # (association target, QOS) for every QOS a "modify associations" command drops
     qos_removed: tuple[tuple[str, str], ...] = ()
+    quota_only: bool = False  # a quota-only site: only quota blocks are changed
 
     @property
     def is_empty(self) -> bool:
@@ -140,7 +141,8 @@ class Plan:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "cluster": self.cluster, "processes": self.processes,
+            "cluster": self.cluster, "quota_only": self.quota_only,
+            "processes": self.processes,
             "deletions": len(self.deletions), "removals": len(self.removals),
             "counts": self.counts,
             "conflicts": list(self.conflicts), "notes": list(self.notes),
@@ -488,6 +490,8 @@ def plan(desired: SlurmState, actual: SlurmState) -> Plan:
     if desired.cluster != actual.cluster:
         raise ValueError(f"desired state is for {desired.cluster!r}, actual for "
                          f"{actual.cluster!r}")
+    if desired.quota_only:
+        return plan_quota_only(desired, actual)
     conflicts: list[str] = []
     renames, actual = plan_renames(desired, actual)
     qos_add, qos_mod, qos_del = _plan_qos(desired, actual, conflicts)
@@ -513,6 +517,39 @@ def plan(desired: SlurmState, actual: SlurmState) -> Plan:
                     for label, kind in BATCH_ORDER if by_label[label])
     return Plan(desired.cluster, batches, tuple(conflicts), tuple(desired.notes),
                 qos_removed=assocs.qos_removed)
+
+
+def plan_quota_only(desired: SlurmState, actual: SlurmState) -> Plan:
+    """A quota-only site's plan: ``modify … set GrpTRESMins=…`` on the account rows and
+    user associations whose GrpTRESMins differ, and nothing else, ever (no add, no
+    delete, no other column). ``desired`` must have ``actual``'s rows
+    (``slurm_quota.quota_only_state``); anything else is a bug, refused."""
+    if (desired.accounts.keys() != actual.accounts.keys()
+            or desired.associations.keys() != actual.associations.keys()):
+        raise ValueError("a quota-only desired state must hold exactly the actual rows")
+    cluster = desired.cluster
+    accounts = [(tres_mins_args(want.grp_tres_mins, have.grp_tres_mins), name)
+                for name, want in sorted(desired.accounts.items())
+                if want.grp_tres_mins != (have := actual.accounts[name]).grp_tres_mins]
+    have_rows = actual.associations
+    want_rows = desired.associations
+    # the rows that differ at all, found in C (a site has 60k; a few carry blocks)
+    differ = compress(want_rows, map(ne, map(have_rows.get, want_rows), want_rows.values()))
+    rows = [((key.account, key.partition,
+              tres_mins_args(want_rows[key].grp_tres_mins, have_rows[key].grp_tres_mins)),
+             key.user) for key in differ
+            if want_rows[key].grp_tres_mins != have_rows[key].grp_tres_mins]
+    acc_mod = _grouped(accounts, lambda shape, names: Command(
+        ("modify", "account", "where", f"name={','.join(names)}", f"cluster={cluster}",
+         "set", *shape), tuple(f"account {n}" for n in names)))
+    assoc_mod = _grouped(rows, lambda shape, names: Command(
+        ("modify", "user", "where", f"name={','.join(names)}", f"account={shape[0]}",
+         f"partition={shape[1]}", f"cluster={cluster}", "set", *shape[2]),
+        tuple(str(AssocKey(n, shape[0], shape[1])) for n in names)))
+    batches = tuple(Batch(label, "modify", tuple(commands)) for label, commands in
+                    (("modify accounts", acc_mod), ("modify associations", assoc_mod))
+                    if commands)
+    return Plan(cluster, batches, (), tuple(desired.notes), quota_only=True)
 
 
 def plan_renames(desired: SlurmState, actual: SlurmState) -> tuple[list[Command], SlurmState]:

@@ -22,6 +22,12 @@ running jobs of an association at or over its GrpTRESMins (measured on 22.05: th
 ended TIMEOUT about 30 s after the limit was set). docs/sacctmgr-notes.md §12 has the
 measurements; README "Usage accounting and quotas" the site settings.
 
+On a quota-only site (``SiteSlurmSettings.mode``, what a slurm-quota site is) the sync
+builds no state from the store: ``quota_only_state`` takes the cluster as read and
+changes only the keys of GrpTRESMins blocks are made of (``cpu``, ``gres/gpu``) on the
+rows of the users and accounts found there, every one judged (a name the store does not
+hold gets the site's default quotas); every other column stays as found.
+
 Reads: the site's quotas and defaults (2 queries; nothing more when no limit is in
 force), then ``queries.quota.quota_status`` (adjustments + one ledger aggregation per
 (kind, period window)): a constant number whatever the number of users or jobs.
@@ -39,6 +45,10 @@ from .slurm_state import TRES, AssocKey, AssocState, SlurmState, tres
 
 GPU_TRES = "gres/gpu"  # counts every GPU type; typed keys are left to the site
 TRES_OF = {"cpu": "cpu", "gpu": GPU_TRES}
+BLOCK_KEYS = frozenset(TRES_OF.values())  # the GrpTRESMins keys a quota-only sync owns
+QUOTA_ONLY_NOTE = ("quota-only site: accounts, associations and their other limits and QOS "
+                   "are left as found; only quota blocks (GrpTRESMins cpu, gres/gpu) on the "
+                   "users and accounts found on the cluster are enforced")
 
 
 @dataclass(frozen=True)
@@ -79,7 +89,10 @@ def blocks_from(statuses: Iterable[QuotaStatus]) -> QuotaBlocks:
 
 
 def _limited(quotas: list[Quota], defaults: QuotaDefaults | None) -> bool:
-    if any(q.cpu_minutes is not None or q.gpu_minutes is not None for q in quotas):
+    """Some limit is in force at the site (a quota's own, or one it follows from the
+    defaults: ``Quota.resolved``)."""
+    if any(r.cpu_minutes is not None or r.gpu_minutes is not None
+           for r in (q.resolved(defaults) for q in quotas)):
         return True
     return defaults is not None and any(
         getattr(defaults, f"{kind}_{resource}_minutes") is not None
@@ -125,3 +138,45 @@ async def apply_quota_blocks(state: SlurmState, site: str, now: datetime) -> Slu
     blocks = await quota_blocks(site, now, users=state.users(),
                                 accounts=state.accounts)
     return with_blocks(state, blocks)
+
+
+def _with_block(found: TRES, block: TRES) -> TRES:
+    """``found`` GrpTRESMins with the block keys set to ``block``'s (absent: cleared)
+    and every other key kept."""
+    if not found:
+        return block
+    return tres({**{k: v for k, v in found if k not in BLOCK_KEYS}, **dict(block)})
+
+
+def quota_only_state(actual: SlurmState, blocks: QuotaBlocks) -> SlurmState:
+    """Pure: the desired state of a quota-only site, ``actual`` with only the block keys
+    of GrpTRESMins changed: set on the rows of users and accounts out of quota, cleared
+    on the others. Same rows, same everything else, so the plan can only modify
+    GrpTRESMins (``slurm_plan.plan`` plans nothing else for a ``quota_only`` state)."""
+    associations: dict[AssocKey, AssocState] = dict(actual.associations)
+    no_block: TRES = ()
+    for key, assoc in actual.associations.items():
+        block = blocks.users.get(key.user, no_block)
+        if block or assoc.grp_tres_mins:  # most rows: neither, nothing to compute
+            wanted = _with_block(assoc.grp_tres_mins, block)
+            if wanted != assoc.grp_tres_mins:
+                associations[key] = assoc._replace(grp_tres_mins=wanted)
+    accounts = dict(actual.accounts)
+    for name, account in actual.accounts.items():
+        wanted = _with_block(account.grp_tres_mins, blocks.accounts.get(name, no_block))
+        if wanted != account.grp_tres_mins:
+            accounts[name] = replace(account, grp_tres_mins=wanted)
+    present = {("user", user) for user in actual.users()}
+    present |= {("account", name) for name in actual.accounts}
+    notes = [line for subject, line in sorted(blocks.notes.items()) if subject in present]
+    return replace(actual, associations=associations, accounts=accounts,
+                   notes=(QUOTA_ONLY_NOTE, *notes), quota_only=True,
+                   built_pairs=(associations, actual.user_account_pairs()))
+
+
+async def apply_quota_only(actual: SlurmState, site: str, now: datetime) -> SlurmState:
+    """The desired state of a quota-only site: every user and account found on the
+    cluster is judged (``also``), so default quotas reach names the store does not
+    hold."""
+    blocks = await quota_blocks(site, now, users=actual.users(), accounts=actual.accounts)
+    return quota_only_state(actual, blocks)

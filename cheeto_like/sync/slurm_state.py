@@ -156,6 +156,9 @@ class SlurmState:
     # the plan renames a user still known by an old name (``newname``) instead of
     # adding the new name and deleting the old one (docs/sacctmgr-notes.md §11)
     renames: Mapping[str, str] = field(default_factory=dict)
+    # desired side: the site is quota-only (``SiteSlurmSettings.mode``): this state is the
+    # actual one with only quota blocks changed, and the plan changes only those
+    quota_only: bool = False
     # desired side: the (user, account) pairs its builder collected while making the
     # rows, with the very ``associations`` mapping they describe. Used only while that
     # mapping is this state's (a ``replace`` with other rows computes them afresh).

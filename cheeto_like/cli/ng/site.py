@@ -21,6 +21,7 @@ from ...operations.slurm import (
     RemoveStickySlurmAccount,
     SetSiteDefaultSlurmAccount,
     SetSiteSlurmCluster,
+    SetSiteSlurmMode,
 )
 from ...queries.site import count_site_dependents, get_site, list_sites
 from .. import args as a
@@ -39,7 +40,8 @@ def site_data(site: Site) -> dict[str, Any]:
         "name": site.name, "fqdn": site.fqdn, "aliases": site.aliases,
         "sticky_groups": site.group.sticky,
         "slurm": {"cluster_name": site.cluster_name, "sticky_accounts": site.slurm.sticky,
-                  "default_account": site.slurm.default_account},
+                  "default_account": site.slurm.default_account,
+                  "mode": site.slurm.mode.replace("_", "-")},
         "storage": site.storage.model_dump(),
         "created_at": site.created_at, "updated_at": site.updated_at,
     }
@@ -235,3 +237,25 @@ async def site_slurm_set_cluster(args: argparse.Namespace) -> None:
 def _(parser: a.Parser) -> None:
     a.site(parser)
     parser.add_argument("--cluster-name", help="omit to reset to the site name")
+
+
+@command("ng", "site", "slurm", "set-mode",
+         help="how the Slurm sync treats the cluster: managed, or quota-only", store=True)
+async def site_slurm_set_mode(args: argparse.Namespace) -> None:
+    ctx = args.ctx
+    await SetSiteSlurmMode.run(ctx.store, ctx.author, site=args.site,
+                               mode=args.slurm_mode.replace("-", "_"))
+    what = ("leaves accounts and associations alone and only enforces quotas"
+            if args.slurm_mode == "quota-only" else "manages accounts and associations")
+    ctx.out.success(f"the Slurm sync at {esc(args.site)} {what} "
+                    f"([bold]{esc(args.slurm_mode)}[/])")
+
+
+@site_slurm_set_mode.args()
+def _(parser: a.Parser) -> None:
+    a.site(parser)
+    parser.add_argument("--slurm-mode", required=True, choices=("managed", "quota-only"),
+                        help="managed: the store's accounts, associations and limits; "
+                             "quota-only (a slurm-quota site): leave accounts and "
+                             "associations as found, only block users and accounts out "
+                             "of quota (defaults apply to names the store does not hold)")

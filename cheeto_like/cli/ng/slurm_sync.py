@@ -62,7 +62,8 @@ def _render_plan(ctx: Any, report: Any, mode: str) -> None:
     for note in planned.notes:
         out.info(f"[dim]note: {esc(note)}[/]")
     if planned.is_empty:
-        out.success("nothing to do: slurmdbd matches the store")
+        out.success("nothing to do: every quota block is in place" if planned.quota_only
+                    else "nothing to do: slurmdbd matches the store")
 
 
 @command("ng", "slurm", "sync", help="reconcile a site's Slurm accounting (dry run unless "
