@@ -247,7 +247,7 @@ async def site_slurm_set_mode(args: argparse.Namespace) -> None:
                                mode=args.slurm_mode.replace("-", "_"))
     what = ("leaves accounts and associations alone and only enforces quotas"
             if args.slurm_mode == "quota-only" else "manages accounts and associations")
-    ctx.out.success(f"the Slurm sync at {esc(args.site)} {what} "
+    ctx.out.success(f"the Slurm sync at {esc(args.site)} {esc(what)} "
                     f"([bold]{esc(args.slurm_mode)}[/])")
 
 
