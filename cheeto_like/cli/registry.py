@@ -89,6 +89,9 @@ NODES: tuple[Node, ...] = (
     G("migrate", "move in: import from another deployment"),
     C("migrate from-cheeto", "migrate",
       "import a cheeto v2 database (a live MongoDB or a mongodump directory)"),
+    C("migrate from-slurm-quota", "migrate",
+      "import a slurm-quota v3 database (quotas, consumed minutes, GPU factors, defaults, "
+      "roles) into a site"),
     G("monitor", "watch hardware from the command line"),
     C("monitor power", "monitor", "poll the node's DCMI power reading through ipmitool"),
     G("nocloud", "cloud-init NoCloud seeds for provisioning nodes"),

@@ -116,9 +116,12 @@ class Mapping:
     refusals: list[Refusal] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # lossless reshapes worth telling
     source_counts: dict[str, int] = field(default_factory=dict)
+    # the collections this mapping writes, in order (another source, such as
+    # ``from_slurm_quota``, names its own)
+    order: tuple[str, ...] = TARGET_ORDER
 
     def ordered(self) -> list[tuple[str, list[Mapped]]]:
-        return [(name, self.docs.get(name, [])) for name in TARGET_ORDER]
+        return [(name, self.docs.get(name, [])) for name in self.order]
 
 
 def _ts(value: Any) -> datetime | None:

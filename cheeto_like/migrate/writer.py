@@ -164,8 +164,8 @@ async def plan_import(store: Store, mapping: Mapping, session: Any = None, *,
     source_names = _source_names()
     plans: dict[str, CollectionPlan] = {}
     for collection, mapped in mapping.ordered():
-        plan = CollectionPlan(source=mapping.source_counts.get(source_names.get(collection, ""),
-                                                               len(mapped)))
+        plan = CollectionPlan(source=mapping.source_counts.get(
+            source_names.get(collection, collection), len(mapped)))
         plans[collection] = plan
         if not mapped:
             continue
@@ -243,12 +243,14 @@ async def _refuse_under_outward_leases(store: Store) -> None:
 
 def _chunks(plan: ImportPlan, size: int, max_bytes: int
             ) -> Iterator[list[tuple[str, dict[str, Any]]]]:
-    """The new rows in ``WRITE_ORDER``, at most ``size`` documents and ``max_bytes`` of
-    BSON a chunk (a chunk may span collections; one document over the byte cap goes
-    alone, and the store refuses it past 16 MiB)."""
+    """The new rows in ``WRITE_ORDER`` (the name registry first, then the mapping's
+    order), at most ``size`` documents and ``max_bytes`` of BSON a chunk (a chunk may
+    span collections; one document over the byte cap goes alone, and the store refuses
+    it past 16 MiB)."""
     batch: list[tuple[str, dict[str, Any]]] = []
     used = 0
-    for collection in WRITE_ORDER:
+    order = [c for c in ("names",) if c in plan.collections]
+    for collection in [*order, *(c for c in plan.collections if c != "names")]:
         for item in plan.collections[collection].new:
             row = get_dict(item.doc, to_db=True)
             length = len(bson.encode(row))
