@@ -1,7 +1,9 @@
 """CPU- and GPU-minute quotas per user and per Slurm account (group) at a site.
 
 - A ``Quota`` names exactly one of ``user`` or ``account``; its limits are minutes, None
-  meaning unlimited. Subjects without one get the site's ``QuotaDefaults``.
+  meaning unlimited. Subjects without one get the site's ``QuotaDefaults``. What a quota
+  does not set (``follows_defaults``: a resource's amount, the period) keeps following
+  the defaults as they change; read a quota's limits through ``Quota.resolved``.
 - A period (none, monthly, quarterly, yearly: calendar periods in UTC; or explicit dates)
   bounds the jobs that count: a job counts in the period its end falls in.
 - ``carry_over``: the unused part of the previous period's quota (never more than one
@@ -112,21 +114,65 @@ class _PeriodFields(BaseDoc):
         return period_window(self.period, now, self.period_start, self.period_end)
 
 
+Follower = Literal["cpu", "gpu", "period"]
+FOLLOWERS: tuple[Follower, ...] = ("cpu", "gpu", "period")
+PERIOD_KEYS = ("period", "period_start", "period_end", "carry_over")
+NO_PERIOD: dict[str, object] = {"period": "none", "period_start": None, "period_end": None,
+                                "carry_over": False}
+
+
 class Quota(_PeriodFields):
     """The quota of one user or one account at a site (unique per site and subject; a
-    rename rewrites ``user``/``account``, so there is no derived key to go stale)."""
+    rename rewrites ``user``/``account``, so there is no derived key to go stale).
+
+    ``follows_defaults`` lists what the admin never set on this quota and so follows the
+    site's ``QuotaDefaults`` for the quota's kind at every read, never a copy taken when
+    the quota was made: ``cpu``/``gpu`` (that amount) and ``period`` (period, dates and
+    carry-over, as one). A new quota follows everything it was not given; giving a value
+    later (``unlimited`` too) pins it. The period follows as long as no period setting
+    was given, whatever the amounts: a quota that only sets GPU minutes has the site's
+    CPU default *over the site's period*, so a site moving from monthly to quarterly
+    with a tripled default gives its CPU three times as much over three times as long,
+    never a quarterly amount per month. The stored values of what follows are
+    placeholders (None, period none): read limits through ``resolved``. Documents from
+    before the field have it empty: everything pinned, as they read then."""
 
     site: SiteName
     user: PosixName | None = None
     account: PosixName | None = None
     cpu_minutes: Minutes = None
     gpu_minutes: Minutes = None
+    follows_defaults: list[Follower] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_subject(self) -> Quota:
         if (self.user is None) == (self.account is None):
             raise ValueError("a quota names exactly one of a user or an account")
         return self
+
+    @property
+    def kind(self) -> Literal["user", "account"]:
+        return "user" if self.user is not None else "account"
+
+    def follows(self, what: str) -> bool:
+        """``what`` (cpu, gpu or period) follows the site's defaults."""
+        return what in self.follows_defaults
+
+    def resolved(self, defaults: QuotaDefaults | None) -> Quota:
+        """This quota with what it follows read from the site's ``defaults`` (none: that
+        amount is unlimited, the period ``none``): the limits in force. An unsaved copy;
+        ``follows_defaults`` is kept so a reader can say where a value came from."""
+        if not self.follows_defaults:
+            return self
+        values: dict[str, object] = {}
+        for resource in ("cpu", "gpu"):
+            if self.follows(resource):
+                values[f"{resource}_minutes"] = getattr(
+                    defaults, f"{self.kind}_{resource}_minutes", None)
+        if self.follows("period"):
+            values.update({k: getattr(defaults, k) for k in PERIOD_KEYS}
+                          if defaults is not None else NO_PERIOD)
+        return self.model_copy(update=values)
 
     class Settings(BaseDoc.Settings):
         name = "quotas"

@@ -2,7 +2,8 @@
 
 Every change is an Operation with its History row. Amounts are minutes (the CLI parses
 ``600m``, ``10h``, ``unlimited``); None is unlimited. A field left out of ``SetQuota``
-keeps its value; a new quota starts from the site's defaults for its kind.
+keeps its value; what a quota never set follows the site's defaults for its kind
+(``Quota.follows_defaults``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from ..errors import InvalidInput, NotFound
 from ..models.base import select, select_one
 from ..models.fields import FreeText, PosixName, SiteName, utcnow
 from ..models.quota import (
+    FOLLOWERS,
     MAX_MINUTES,
+    PERIOD_KEYS,
     Period,
     Quota,
     QuotaAdjustment,
@@ -82,6 +85,13 @@ class _PeriodArgs(OpArgs):
 
 
 class SetQuota(Operation):
+    """Set a user's or an account's quota. A field left out keeps its value; on a new
+    quota it follows the site's defaults (``Quota.follows_defaults``: the amount of a
+    resource not given, and the period while no ``period``/``start``/``end``/
+    ``carry_over`` is given) until it is set here. Giving only ``carry_over`` pins the
+    period the quota followed until then, with that change. Returns the quota with its
+    limits in force (``Quota.resolved``)."""
+
     op_name = "set_quota"
 
     class Args(_Subject, _PeriodArgs):
@@ -99,32 +109,38 @@ class SetQuota(Operation):
         await _check_subject(args, session)
         quota = await select_one(Quota, session, site=args.site, user=args.user,
                                  account=args.account)
+        defaults = await select_one(QuotaDefaults, session, site=args.site)
         self.created = quota is None
         if quota is None:
-            defaults = await select_one(QuotaDefaults, session, site=args.site)
-            kind = "user" if args.user is not None else "account"
             quota = Quota(site=args.site, user=args.user, account=args.account,
-                          cpu_minutes=getattr(defaults, f"{kind}_cpu_minutes", None),
-                          gpu_minutes=getattr(defaults, f"{kind}_gpu_minutes", None),
-                          period=defaults.period if defaults else "none",
-                          period_start=defaults.period_start if defaults else None,
-                          period_end=defaults.period_end if defaults else None,
-                          carry_over=defaults.carry_over if defaults else False)
+                          follows_defaults=list(FOLLOWERS))
         values = _changes(args, ("cpu_minutes", "gpu_minutes"))
-        self.before = {k: getattr(quota, k) for k in values} if not self.created else {}
+        in_force = quota.resolved(defaults)
+        pinned = {r for r in ("cpu", "gpu") if f"{r}_minutes" in values}
+        if any(k in values for k in PERIOD_KEYS):
+            pinned.add("period")
+            if quota.follows("period"):  # only --carry-over: from the period followed
+                values = {**{k: getattr(in_force, k) for k in PERIOD_KEYS}, **values}
+        self.before = ({k: getattr(in_force, k) for k in values} if not self.created
+                       else {})
+        self.pinned = sorted(p for p in pinned if quota.follows(p))
+        if self.pinned:
+            values["follows_defaults"] = [f for f in quota.follows_defaults
+                                          if f not in pinned]
         _apply(quota, values)
         if self.created:
             await quota.insert(session=session)
         else:
             await quota.save(session=session)
-        self.quota = quota
-        return quota
+        self.quota = quota.resolved(defaults)
+        return self.quota
 
     def describe(self) -> dict[str, Any]:
         q = self.quota
         return {"site": q.site, "user": q.user, "account": q.account, "created": self.created,
                 "cpu_minutes": q.cpu_minutes, "gpu_minutes": q.gpu_minutes,
                 "period": q.period, "carry_over": q.carry_over,
+                "follows_defaults": list(q.follows_defaults), "pinned": self.pinned,
                 "before": {k: str(v) for k, v in self.before.items()}}
 
 

@@ -10,7 +10,8 @@ that dies half-way leaves whole chunks, and the next (idempotent) run finishes t
 The watermark is the ``until`` of the last run; the next run starts ``overlap`` earlier,
 for jobs whose record reached slurmdbd late (slurmctld queues them while slurmdbd is down).
 
-Pruning is an admin decision with History (``PruneUsage``).
+Pruning is an admin decision with History (``PruneUsage``), refused where it would refund
+quota still in force unless asked to (``refund_quota``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..adapters.sacct import Sacct, SacctJob
 from ..errors import InvalidInput
 from ..models.base import select_one
 from ..models.fields import SiteName, utcnow
+from ..models.quota import EPOCH
 from ..models.usage import (
     FactorTable,
     UsageCursor,
@@ -37,7 +39,8 @@ from ..models.usage import (
     fingerprint,
     record_key,
 )
-from ..queries.site import get_site
+from ..queries.quota import InForce, usage_in_force
+from ..queries.site import get_site, list_sites
 from ..queries.usage import factor_table
 from ..store import Store
 from .base import OpArgs, Operation
@@ -191,10 +194,37 @@ async def _move_watermark(store: Store, cursor: UsageCursor | None, site: str, c
         await cursor.save(session=session)
 
 
+@dataclass(frozen=True)
+class Pruned:
+    """What a prune deleted (or, dry, would delete), and how many of those records
+    counted in quota periods still in force (``refunded``: only with ``refund_quota``)."""
+
+    deleted: int
+    refunded: int = 0
+    in_force: tuple[InForce, ...] = ()
+
+
+def refusal(in_force: Iterable[InForce], before: datetime) -> str:
+    """One line: which site's records, from which period on, and the way past it."""
+    parts = []
+    for f in in_force:
+        since = ("period none, all time" if f.start is None or f.start <= EPOCH
+                 else f"period from {f.start:%Y-%m-%d}")
+        parts.append(f"{f.records} at site {f.site}, {since}")
+    return (f"refusing to prune: usage records that ended before {before.isoformat()} count "
+            f"in quota periods still in force ({'; '.join(parts)}); deleting them would "
+            "refund that quota (give --refund-quota to prune anyway, or an earlier --before)")
+
+
 class PruneUsage(Operation):
     """Delete a site's (or every site's) ledger records of jobs that ended before
-    ``before``. Quotas over periods that reach back past it lose that usage: the
-    command says how many records go; ``dry_run`` only counts them.
+    ``before``; ``dry_run`` only counts them.
+
+    Refused (``InvalidInput``, nothing deleted, a dry run too) when some of them count in
+    a quota period still in force at their site (``queries.quota.usage_in_force``: the
+    current period of every quota or default that sets a limit, from the previous one's
+    start with carry-over): deleting them would lower *used* and hand that quota back.
+    ``refund_quota`` prunes anyway, and the History row says how many were refunded.
 
     Not one transaction: a million ledger rows would outlive a replica set's 60 s
     ``transactionLifetimeLimitSeconds`` and its cache. The records go ``chunk`` at a time
@@ -211,22 +241,31 @@ class PruneUsage(Operation):
         before: datetime
         site: SiteName | None = None
         dry_run: bool = False
+        refund_quota: bool = False
         chunk: int = Field(default=CHUNK, ge=1, le=100_000)
 
-    async def execute(self, session: AsyncClientSession) -> int:
-        if self.args.before > utcnow():
+    async def execute(self, session: AsyncClientSession) -> Pruned:
+        now = utcnow()
+        if self.args.before > now:
             raise InvalidInput("--before is in the future: that would delete jobs still "
                                "being charged")
         if self.args.site is not None:
-            await get_site(self.args.site, session)
+            sites = [(await get_site(self.args.site, session)).name]
+        else:
+            sites = sorted(s.name for s in await list_sites(session))
+        self.deleted, self.chunks = 0, 0
+        in_force = tuple(f for f in [await usage_in_force(site, self.args.before, now, session)
+                                     for site in sites] if f.records)
+        self.refunded = sum(f.records for f in in_force)
+        if in_force and not self.args.refund_quota:
+            raise InvalidInput(refusal(in_force, self.args.before))
         where: dict[str, Any] = {"end_epoch": {"$lt": int(self.args.before.timestamp())}}
         if self.args.site is not None:
             where["site"] = self.args.site
         collection = UsageRecord.get_pymongo_collection()
-        self.deleted, self.chunks = 0, 0
         if self.args.dry_run:
             self.deleted = await collection.count_documents(where, session=session)
-            return self.deleted
+            return Pruned(self.deleted, self.refunded, in_force)
         last: str | None = None
         while True:
             page = dict(where) if last is None else {**where, "_id": {"$gt": last}}
@@ -239,16 +278,26 @@ class PruneUsage(Operation):
             self.deleted += result.deleted_count
             self.chunks += 1
             last = ids[-1]
-        return self.deleted
+        return Pruned(self.deleted, self.refunded, in_force)
 
     def describe(self) -> dict[str, Any]:
         return {"site": self.args.site, "before": self.args.before.isoformat(),
                 "deleted": self.deleted, "dry_run": self.args.dry_run,
-                "chunks": getattr(self, "chunks", 0)}
+                "chunks": getattr(self, "chunks", 0),
+                "refund_quota": self.args.refund_quota,
+                "refunded": getattr(self, "refunded", 0)}
+
+
+async def prune_usage(store: Store, author: str | None, *, before: datetime,
+                      site: str | None, dry_run: bool, refund_quota: bool = False,
+                      chunk: int = CHUNK) -> Pruned:
+    """A dry run counts without a History row (nothing changed)."""
+    return await PruneUsage.run(store, author, skip_history=dry_run, before=before, site=site,
+                                dry_run=dry_run, refund_quota=refund_quota, chunk=chunk)
 
 
 async def prune(store: Store, author: str | None, *, before: datetime, site: str | None,
-                dry_run: bool, chunk: int = CHUNK) -> int:
-    """A dry run counts without a History row (nothing changed)."""
-    return await PruneUsage.run(store, author, skip_history=dry_run, before=before, site=site,
-                                dry_run=dry_run, chunk=chunk)
+                dry_run: bool, refund_quota: bool = False, chunk: int = CHUNK) -> int:
+    """``prune_usage``'s count of records deleted (or, dry, to delete)."""
+    return (await prune_usage(store, author, before=before, site=site, dry_run=dry_run,
+                              refund_quota=refund_quota, chunk=chunk)).deleted

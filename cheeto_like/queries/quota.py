@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ..models.base import select, select_one
 from ..models.quota import (
     Quota,
     QuotaAdjustment,
@@ -20,7 +21,7 @@ from ..models.quota import (
     QuotaNotice,
     previous_window,
 )
-from ..models.usage import FactorTable
+from ..models.usage import FactorTable, UsageRecord
 from .usage import used_by
 
 Window = tuple[datetime, datetime]
@@ -62,6 +63,9 @@ class ResourceStatus:
     preallocated: float
     quota: float | None  # None: unlimited
     carried: float = 0.0
+    # where the quota comes from: own (set on the subject's quota), default (the site's
+    # defaults: no quota of its own, or one that follows them for this resource) or none
+    source: str = "none"
 
     @property
     def percent(self) -> float | None:
@@ -74,7 +78,8 @@ class ResourceStatus:
     def as_dict(self) -> dict[str, Any]:
         return {"used": round(self.used, 2), "preallocated": round(self.preallocated, 2),
                 "quota": None if self.quota is None else round(self.quota, 2),
-                "carried_over": round(self.carried, 2), "percent": self.percent}
+                "carried_over": round(self.carried, 2), "percent": self.percent,
+                "source": self.source}
 
 
 @dataclass
@@ -102,6 +107,8 @@ class _Limits:
     cpu: float | None
     gpu: float | None
     carry_over: bool
+    cpu_source: str = "none"
+    gpu_source: str = "none"
 
 
 async def check_subject(site: str, *, user: str | None = None,
@@ -177,9 +184,11 @@ async def quota_status(site: str, now: datetime, *, user: str | None = None,
             kind=kind, name=name, source=lim.source, period=lim.period,
             start=lim.window[0], end=lim.window[1],
             cpu=ResourceStatus(max(0.0, used_cpu + adj_cpu), taken[0],
-                               None if lim.cpu is None else lim.cpu + carried[0], carried[0]),
+                               None if lim.cpu is None else lim.cpu + carried[0], carried[0],
+                               lim.cpu_source),
             gpu=ResourceStatus(max(0.0, used_gpu + adj_gpu), taken[1],
-                               None if lim.gpu is None else lim.gpu + carried[1], carried[1])))
+                               None if lim.gpu is None else lim.gpu + carried[1], carried[1],
+                               lim.gpu_source)))
     return out
 
 
@@ -192,14 +201,19 @@ def _left(quota: float | None, used: float) -> float:
 
 def _limits_of(subject: tuple[str, str], quota: Quota | None,
                defaults: QuotaDefaults | None, now: datetime) -> _Limits:
+    """The limits in force: a quota's own values, with what it follows read from the
+    site's defaults (``Quota.resolved``); else the defaults; else none."""
     kind = subject[0]
     if quota is not None:
-        return _Limits("own", quota.period, quota.window(now), quota.cpu_minutes,
-                       quota.gpu_minutes, quota.carry_over)
+        q = quota.resolved(defaults)
+        cpu_source, gpu_source = ("default" if q.follows(r) else "own" for r in ("cpu", "gpu"))
+        return _Limits("own", q.period, q.window(now), q.cpu_minutes, q.gpu_minutes,
+                       q.carry_over, cpu_source, gpu_source)
     if defaults is not None:
         return _Limits("default", defaults.period, defaults.window(now),
                        getattr(defaults, f"{kind}_cpu_minutes"),
-                       getattr(defaults, f"{kind}_gpu_minutes"), defaults.carry_over)
+                       getattr(defaults, f"{kind}_gpu_minutes"), defaults.carry_over,
+                       "default", "default")
     none = QuotaDefaults.model_construct(period="none")
     return _Limits("none", "none", none.window(now), None, None, False)
 
@@ -234,6 +248,72 @@ class _UsageCache:
             self.cache[key] = await used_by(self.site, window[0], window[1], kind,
                                             None if name is None else [name])
         return self.cache[key]
+
+
+@dataclass(frozen=True)
+class InForce:
+    """The ledger records of ``site`` that ended before a cut yet count in a quota period
+    still in force: deleting them refunds that quota. ``start`` is the earliest such
+    period's start (None when there are none)."""
+
+    site: str
+    records: int
+    start: datetime | None
+
+
+def _span(fields: Quota | QuotaDefaults, limits: tuple[float | None, float | None],
+          now: datetime) -> Window | None:
+    """The span of ledger records that limits over ``fields``' period read now: the
+    current period, from the previous one's start with carry-over; None without any
+    limit (an unlimited quota refunds nothing)."""
+    if limits == (None, None):
+        return None
+    window = fields.window(now)
+    previous = previous_window(fields.period, window) if fields.carry_over else None
+    return (previous[0] if previous else window[0]), window[1]
+
+
+async def usage_in_force(site: str, before: datetime, now: datetime,
+                         session: Any = None) -> InForce:
+    """What pruning ``site``'s ledger before ``before`` would take from quotas in force:
+    each user's and account's records in the period its limits read now (its own quota,
+    what that follows from the defaults, else the defaults; ``_span``).
+    Subjects sharing a window are one condition, so the queries are the quotas, the
+    defaults, one probe per distinct window until one finds a record, and one count."""
+    quotas = await select(Quota, session, site=site)
+    defaults = await select_one(QuotaDefaults, session, site=site)
+    cut = int(before.timestamp())
+    spans: dict[tuple[str, Window], list[str]] = {}
+    own: dict[str, list[str]] = {"user": [], "account": []}
+    for quota in quotas:
+        name = quota.user or quota.account or ""
+        own[quota.kind].append(name)
+        q = quota.resolved(defaults)
+        span = _span(q, (q.cpu_minutes, q.gpu_minutes), now)
+        if span is not None:
+            spans.setdefault((quota.kind, span), []).append(name)
+    clauses: list[tuple[datetime, dict[str, Any]]] = []
+    for (kind, (lo, hi)), names in spans.items():
+        clauses.append((lo, {kind: {"$in": names}, **_ended(lo, hi, cut)}))
+    for kind in ("user", "account"):
+        span = None if defaults is None else _span(defaults, (
+            getattr(defaults, f"{kind}_cpu_minutes"), getattr(defaults, f"{kind}_gpu_minutes")),
+            now)
+        if span is not None:  # everyone without a quota of their own
+            clauses.append((span[0], {kind: {"$nin": own[kind]}, **_ended(*span, cut)}))
+    clauses = sorted((c for c in clauses if c[1]["end_epoch"]["$gte"] < cut),
+                     key=lambda c: c[0])
+    collection = UsageRecord.get_pymongo_collection()
+    for start, clause in clauses:
+        if await collection.find_one({"site": site, **clause}, {"_id": 1}, session=session):
+            count = await collection.count_documents(
+                {"site": site, "$or": [c for _, c in clauses]}, session=session)
+            return InForce(site, count, start)
+    return InForce(site, 0, None)
+
+
+def _ended(lo: datetime, hi: datetime, cut: int) -> dict[str, Any]:
+    return {"end_epoch": {"$gte": int(lo.timestamp()), "$lt": min(int(hi.timestamp()), cut)}}
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,7 @@ async def test_quota_set_adjust_show(cli, farm):
     assert data["preallocated_known"] is False and "not found" in data["preallocated_note"]
     [alice] = data["subjects"]
     assert alice["cpu_minutes"] == {"used": 160.0, "preallocated": 0.0, "quota": 600.0,
-                                    "carried_over": 0.0, "percent": 26.7}
+                                    "carried_over": 0.0, "percent": 26.7, "source": "own"}
     assert alice["gpu_minutes"]["quota"] is None and alice["gpu_minutes"]["percent"] is None
     r = await cli("ng", "quota", "show", "-s", "farm", "--no-squeue")
     assert r.code == 0 and r.stdout == ""
@@ -157,6 +157,52 @@ async def test_prune_asks_without_a_terminal_and_dry_run_counts(cli, farm):
     early = datetime(2000, 1, 1, tzinfo=UTC).isoformat()
     r = await cli("ng", "usage", "prune", "--before", early, "--force")
     assert r.code == 0 and "deleted 0" in r.stderr
+
+
+async def test_prune_refuses_to_refund_quota_in_force_unless_told(cli, farm):
+    r = await cli("ng", "quota", "defaults", "set", "-s", "farm", "--user-cpu", "10h",
+                  "--period", "monthly")
+    assert r.code == 0, r.stderr
+    cut = utcnow().isoformat()
+    for extra in (["--force"], ["--dry-run"], []):  # refused before any question
+        r = await cli("ng", "usage", "prune", "--before", cut, "-s", "farm", *extra)
+        assert r.code == 2 and len(r.error_lines) == 1, r.stderr
+        assert "3 at site farm, period from" in r.stderr and "--refund-quota" in r.stderr
+    assert await UsageRecord.count() == 3
+    assert await History.find({"op": "prune_usage"}).count() == 0
+    r = await cli("ng", "usage", "prune", "--before", cut, "--dry-run", "--refund-quota")
+    assert r.code == 0 and "would delete 3" in r.stderr and "refunding quota: 3" in r.stderr
+    r = await cli("ng", "usage", "prune", "--before", cut, "-s", "farm", "--refund-quota")
+    assert r.code == 2 and "not confirmed" in r.stderr  # still asks first
+    r = await cli("ng", "usage", "prune", "--before", cut, "-s", "farm", "--refund-quota",
+                  "--force")
+    assert r.code == 0 and "deleted 3" in r.stderr and "refunding quota" in r.stderr
+    assert await UsageRecord.count() == 0
+    [row] = await History.find({"op": "prune_usage"}).to_list()
+    assert (row.changes["refunded"], row.changes["refund_quota"]) == (3, True)
+
+
+async def test_a_gpu_only_quota_shows_the_cpu_default_it_follows(cli, farm):
+    r = await cli("ng", "quota", "defaults", "set", "-s", "farm", "--user-cpu", "10h")
+    assert r.code == 0, r.stderr
+    r = await cli("ng", "quota", "set", "-s", "farm", "-u", "alice", "--gpu", "1m")
+    assert r.code == 0, r.stderr
+    assert "CPU 600 min (10.00 h) (site default), GPU 1 min" in r.stderr
+    r = await cli("ng", "quota", "defaults", "set", "-s", "farm", "--user-cpu", "20h")
+    assert r.code == 0, r.stderr
+    r = await cli("ng", "quota", "show", "-s", "farm", "-u", "alice", "--no-squeue", "--json")
+    [alice] = r.json()["subjects"]
+    assert alice["source"] == "own"
+    assert (alice["cpu_minutes"]["quota"], alice["cpu_minutes"]["source"]) == (1200.0,
+                                                                               "default")
+    assert (alice["gpu_minutes"]["quota"], alice["gpu_minutes"]["source"]) == (1.0, "own")
+    r = await cli("ng", "quota", "show", "-s", "farm", "-u", "alice", "--no-squeue")
+    assert r.code == 0 and "1200.0 (default)" in r.stderr
+    r = await cli("ng", "quota", "set", "-s", "farm", "-u", "alice", "--cpu", "unlimited")
+    assert r.code == 0 and "CPU unlimited," in r.stderr and "site default), GPU" not in r.stderr
+    r = await cli("ng", "quota", "show", "-s", "farm", "-u", "alice", "--no-squeue", "--json")
+    [alice] = r.json()["subjects"]
+    assert alice["cpu_minutes"]["quota"] is None and alice["cpu_minutes"]["source"] == "own"
 
 
 async def test_quota_notify_dry_run_lists_what_is_due(cli, farm):

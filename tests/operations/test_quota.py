@@ -175,3 +175,99 @@ async def test_renaming_a_user_carries_their_usage_and_quota_along(farm):
     await SetQuota.run(farm, AUTHOR, site="farm", user="alicia", cpu_minutes=400.0)
     assert [(q.user, q.cpu_minutes) for q in await Quota.find({}).to_list()] == [
         ("alicia", 400.0)]
+
+
+# -- what a quota does not set follows the site's defaults (issue 26, item 9) ---------------
+
+
+async def test_a_gpu_only_quota_keeps_following_the_default_cpu_quota(farm):
+    await seed(farm)
+    await SetQuotaDefaults.run(farm, AUTHOR, site="farm", user_cpu_minutes=100.0,
+                               user_gpu_minutes=10.0, period="monthly")
+    quota = await SetQuota.run(farm, AUTHOR, site="farm", user="alice", gpu_minutes=1.0)
+    assert (quota.cpu_minutes, quota.gpu_minutes, quota.period) == (100.0, 1.0, "monthly")
+    assert quota.follows_defaults == ["cpu", "period"]
+    stored = await Quota.find_one({"user": "alice"})
+    assert stored.cpu_minutes is None and stored.follows_defaults == ["cpu", "period"]
+    [row] = await history("set_quota")
+    assert (row.changes["follows_defaults"], row.changes["cpu_minutes"]) == (
+        ["cpu", "period"], 100.0)
+    # the default changes later: alice's CPU quota (and period) follow, her GPU does not
+    await SetQuotaDefaults.run(farm, AUTHOR, site="farm", user_cpu_minutes=300.0,
+                               user_gpu_minutes=20.0)
+    [status] = await quota_status("farm", NOW, user="alice")
+    assert (status.source, status.cpu.quota, status.gpu.quota) == ("own", 300.0, 1.0)
+    assert (status.cpu.source, status.gpu.source) == ("default", "own")
+    assert status.cpu.as_dict()["source"] == "default"
+    assert status.cpu.used == 150.0  # November only: the monthly period it follows
+    await SetQuotaDefaults.run(farm, AUTHOR, site="farm", period="quarterly")
+    [status] = await quota_status("farm", NOW, user="alice")
+    assert (status.period, status.start) == ("quarterly", datetime(2026, 10, 1, tzinfo=UTC))
+    assert status.cpu.used == 270.0  # October's job is in the quarter
+    # the site drops its CPU default: alice's CPU is unlimited with it
+    await SetQuotaDefaults.run(farm, AUTHOR, site="farm", user_cpu_minutes=None)
+    [status] = await quota_status("farm", NOW, user="alice")
+    assert status.cpu.quota is None and status.cpu.percent is None
+
+
+async def test_setting_a_followed_value_pins_it_unlimited_too(farm):
+    await SetQuotaDefaults.run(farm, AUTHOR, site="farm", user_cpu_minutes=100.0,
+                               period="monthly")
+    await SetQuota.run(farm, AUTHOR, site="farm", user="alice", gpu_minutes=1.0)
+    pinned = await SetQuota.run(farm, AUTHOR, site="farm", user="alice", cpu_minutes=None)
+    assert (pinned.cpu_minutes, pinned.follows_defaults) == (None, ["period"])
+    rows = await history("set_quota")
+    assert (rows[1].changes["pinned"], rows[1].changes["before"]) == (
+        ["cpu"], {"cpu_minutes": "100.0"})
+    await SetQuotaDefaults.run(farm, AUTHOR, site="farm", user_cpu_minutes=50.0)
+    [status] = await quota_status("farm", NOW, user="alice")
+    assert (status.cpu.quota, status.cpu.source) == (None, "own")  # unlimited, pinned
+    # --carry-over alone pins the period followed until then, with carry-over
+    again = await SetQuota.run(farm, AUTHOR, site="farm", user="alice", carry_over=True)
+    assert (again.period, again.carry_over, again.follows_defaults) == ("monthly", True, [])
+    await SetQuotaDefaults.run(farm, AUTHOR, site="farm", period="yearly")
+    [status] = await quota_status("farm", NOW, user="alice")
+    assert status.period == "monthly"
+
+
+async def test_a_quota_made_before_any_defaults_follows_them_once_set(farm):
+    await seed(farm)
+    quota = await SetQuota.run(farm, AUTHOR, site="farm", user="alice", gpu_minutes=60.0)
+    assert (quota.cpu_minutes, quota.period) == (None, "none")  # no defaults: unlimited
+    await SetQuotaDefaults.run(farm, AUTHOR, site="farm", user_cpu_minutes=200.0,
+                               account_cpu_minutes=5.0, period="monthly", carry_over=True)
+    [status] = await quota_status("farm", NOW, user="alice")
+    assert (status.cpu.quota, status.cpu.carried) == (200.0 + 80.0, 80.0)  # October: 120
+    assert status.gpu.quota == 60.0 + 60.0  # the followed period carries GPU over too
+
+
+async def test_a_quota_stored_before_follows_defaults_reads_as_pinned(farm):
+    await SetQuotaDefaults.run(farm, AUTHOR, site="farm", user_cpu_minutes=100.0,
+                               period="monthly")
+    await Quota.get_pymongo_collection().insert_one({
+        "_id": "old-quota", "site": "farm", "user": "alice", "account": None,
+        "cpu_minutes": 42.0, "gpu_minutes": 7.0, "period": "yearly", "period_start": None,
+        "period_end": None, "carry_over": False})
+    quota = await Quota.find_one({"user": "alice"})
+    assert quota.follows_defaults == [] and quota.resolved(None) is quota
+    [status] = await quota_status("farm", NOW, user="alice")
+    assert (status.cpu.quota, status.gpu.quota, status.period) == (42.0, 7.0, "yearly")
+    assert (status.cpu.source, status.gpu.source) == ("own", "own")
+    await SetQuota.run(farm, AUTHOR, site="farm", user="alice", gpu_minutes=8.0)
+    [status] = await quota_status("farm", NOW, user="alice")
+    assert (status.cpu.quota, status.gpu.quota) == (42.0, 8.0)
+
+
+async def test_the_slurm_sync_blocks_on_a_followed_default(farm):
+    from cheeto_like.sync.slurm_quota import _limited, quota_blocks
+
+    await seed(farm)  # alice: 150 CPU-minutes in November
+    await SetQuota.run(farm, AUTHOR, site="farm", user="alice", gpu_minutes=600.0)
+    assert (await quota_blocks("farm", NOW, users=["alice"])).users == {}
+    await SetQuotaDefaults.run(farm, AUTHOR, site="farm", user_cpu_minutes=130.0,
+                               period="monthly")
+    blocks = await quota_blocks("farm", NOW, users=["alice", "bob"])
+    assert blocks.users == {"alice": (("cpu", 0),)}  # bob: 120 of 130
+    following = Quota(site="farm", user="alice", follows_defaults=["cpu", "gpu", "period"])
+    assert not _limited([following], None)
+    assert _limited([following], QuotaDefaults(site="farm", user_gpu_minutes=1.0))

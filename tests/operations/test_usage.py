@@ -12,8 +12,9 @@ from cheeto_like.adapters.sacct import SacctJob, parse_line
 from cheeto_like.errors import InvalidInput, NotFound
 from cheeto_like.models import GpuFactor, History, UsageRecord
 from cheeto_like.models.fields import utcnow
-from cheeto_like.operations.quota import SetGpuFactor
-from cheeto_like.operations.usage import PruneUsage, ingest, prune
+from cheeto_like.models.quota import period_window, previous_window
+from cheeto_like.operations.quota import SetGpuFactor, SetQuota, SetQuotaDefaults
+from cheeto_like.operations.usage import PruneUsage, ingest, prune, prune_usage
 from cheeto_like.queries.usage import Rate, factor_table, usage_report
 
 from ..factories import AUTHOR, history, make_site
@@ -136,6 +137,114 @@ async def test_prune_refuses_a_future_cut_and_an_unknown_site_writing_nothing(fa
         await PruneUsage.run(farm, AUTHOR, before=DAY, site="nowhere")
     assert await UsageRecord.count() == 1
     assert await History.find({"op": "prune_usage"}).count() == 0
+
+
+# -- pruning refuses to refund quota still in force (issue 26, item 8) ----------------------
+
+
+async def quota_farm(store) -> tuple[datetime, datetime]:
+    """alice, bob and lab at farm; returns (now, the previous month's start)."""
+    from ..factories import make_group, make_user
+
+    await make_user(store, "alice")
+    await make_user(store, "bob")
+    await make_group(store, "lab")
+    now = utcnow()
+    this_month = period_window("monthly", now)
+    previous = previous_window("monthly", this_month)
+    assert previous is not None
+    return now, previous[0]
+
+
+async def test_prune_refuses_records_in_a_quota_period_in_force(farm):
+    now, _ = await quota_farm(farm)
+    start = now - timedelta(days=30)
+    await ingest(farm, "farm", [job("1", "alice", start=now - timedelta(days=90)),
+                                job("2", "alice", start=now - timedelta(days=10)),
+                                job("3", "bob", start=now - timedelta(days=10))],
+                 await factor_table("farm"))
+    await SetQuota.run(farm, AUTHOR, site="farm", user="alice", cpu_minutes=1000.0,
+                       period="explicit", start=start, end=now + timedelta(days=30))
+    cut = now - timedelta(days=1)
+    for dry_run in (True, False):
+        with pytest.raises(InvalidInput) as refused:
+            await prune(farm, AUTHOR, before=cut, site="farm", dry_run=dry_run)
+        line = str(refused.value)
+        assert "\n" not in line and "--refund-quota" in line
+        assert f"1 at site farm, period from {start:%Y-%m-%d}" in line  # bob has no quota
+    assert await UsageRecord.count() == 3 and await history("prune_usage") == []
+    # a cut before the period deletes what no quota reads any more
+    assert await prune(farm, AUTHOR, before=start, site="farm", dry_run=False) == 1
+    dry = await prune_usage(farm, AUTHOR, before=cut, site="farm", dry_run=True,
+                            refund_quota=True)
+    assert (dry.deleted, dry.refunded) == (2, 1) and await UsageRecord.count() == 2
+    assert await prune(farm, AUTHOR, before=cut, site="farm", dry_run=False,
+                       refund_quota=True) == 2
+    assert await UsageRecord.count() == 0
+    first, second = await history("prune_usage")
+    assert (first.changes["refunded"], first.changes["refund_quota"]) == (0, False)
+    assert (second.changes["deleted"], second.changes["refunded"],
+            second.changes["refund_quota"]) == (2, 1, True)
+
+
+async def test_prune_reads_the_defaults_carry_over_and_limits(farm):
+    now, previous = await quota_farm(farm)
+    await ingest(farm, "farm", [job("1", "alice", start=previous - timedelta(days=2)),
+                                job("2", "alice", start=previous + timedelta(days=1)),
+                                job("3", "bob", start=previous + timedelta(days=1)),
+                                job("4", "bob", "other", start=previous + timedelta(days=1))],
+                 await factor_table("farm"))
+    this_month = period_window("monthly", now)[0]
+    # a period without any limit refunds nothing
+    await SetQuotaDefaults.run(farm, AUTHOR, site="farm", period="none")
+    await SetQuota.run(farm, AUTHOR, site="farm", user="alice", cpu_minutes=None,
+                       gpu_minutes=None, period="monthly", carry_over=True)
+    assert await prune(farm, AUTHOR, before=this_month, site="farm", dry_run=True) == 4
+    # a default over all time covers everyone without a quota of their own: bob's
+    # records, not alice's (her own quota is unlimited)
+    await SetQuotaDefaults.run(farm, AUTHOR, site="farm", user_gpu_minutes=60.0)
+    with pytest.raises(InvalidInput, match="2 at site farm, period none, all time"):
+        await prune(farm, AUTHOR, before=this_month, site="farm", dry_run=True)
+    # an account default counts each record once, whoever else reads it
+    await SetQuotaDefaults.run(farm, AUTHOR, site="farm", account_cpu_minutes=6000.0)
+    with pytest.raises(InvalidInput, match="4 at site farm, period none, all time"):
+        await prune(farm, AUTHOR, before=this_month, site="farm", dry_run=True)
+    # alice's carry-over reads last month: her record in it, not the one before
+    await SetQuotaDefaults.run(farm, AUTHOR, site="farm", user_gpu_minutes=None,
+                               account_cpu_minutes=None)
+    await SetQuota.run(farm, AUTHOR, site="farm", user="alice", cpu_minutes=600.0)
+    with pytest.raises(InvalidInput, match=f"1 at site farm, period from {previous:%Y-%m-%d}"):
+        await prune(farm, AUTHOR, before=this_month, site="farm", dry_run=True)
+    await SetQuota.run(farm, AUTHOR, site="farm", user="alice", carry_over=False)
+    assert await prune(farm, AUTHOR, before=this_month, site="farm", dry_run=False) == 4
+
+
+async def test_prune_of_every_site_names_each_site_in_one_line(farm):
+    now, _ = await quota_farm(farm)
+    await make_site(farm, "lab2")
+    await ingest(farm, "farm", [job("1", start=now - timedelta(days=3))],
+                 await factor_table("farm"))
+    await ingest(farm, "lab2", [job("1", start=now - timedelta(days=3))],
+                 await factor_table("lab2"))
+    for site in ("farm", "lab2"):
+        await SetQuotaDefaults.run(farm, AUTHOR, site=site, user_cpu_minutes=10.0)
+    with pytest.raises(InvalidInput) as refused:
+        await prune(farm, AUTHOR, before=now - timedelta(hours=1), site=None, dry_run=False)
+    assert "1 at site farm, period none, all time; 1 at site lab2, period none" in str(
+        refused.value)
+    assert await UsageRecord.count() == 2
+
+
+async def test_a_quota_following_the_defaults_protects_what_they_limit(farm):
+    now, _ = await quota_farm(farm)
+    await ingest(farm, "farm", [job("1", "alice", start=now - timedelta(days=3))],
+                 await factor_table("farm"))
+    await SetQuota.run(farm, AUTHOR, site="farm", user="alice", gpu_minutes=None)
+    cut = now - timedelta(hours=1)
+    assert await prune(farm, AUTHOR, before=cut, site="farm", dry_run=True) == 1
+    await SetQuotaDefaults.run(farm, AUTHOR, site="farm", user_cpu_minutes=10.0)
+    with pytest.raises(InvalidInput, match="1 at site farm"):
+        await prune(farm, AUTHOR, before=cut, site="farm", dry_run=True)
 
 
 async def seed_report(store) -> None:

@@ -67,9 +67,14 @@ async def quota_set(args: argparse.Namespace) -> int:
     quota = await SetQuota.run(ctx.require_store(), ctx.author, site=args.site, user=args.user,
                                account=args.account, cpu_minutes=amount(args.cpu, "--cpu"),
                                gpu_minutes=amount(args.gpu, "--gpu"), **period_kwargs(args))
+
+    def note(what: str) -> str:  # not set on the quota: follows the site's defaults
+        return " (site default)" if quota.follows(what) else ""
+
     ctx.out.success(f"quota of {esc(_who(args))} at {esc(args.site)}: CPU "
-                    f"{esc(_minutes(quota.cpu_minutes))}, GPU {esc(_minutes(quota.gpu_minutes))}"
-                    f", period {esc(quota.period)}")
+                    f"{esc(_minutes(quota.cpu_minutes) + note('cpu'))}, GPU "
+                    f"{esc(_minutes(quota.gpu_minutes) + note('gpu'))}, period "
+                    f"{esc(quota.period + note('period'))}")
     return 0
 
 
@@ -180,6 +185,11 @@ def _row(status: Any) -> dict[str, Any]:
     def fmt(value: float | None) -> str:
         return "unlimited" if value is None else f"{value:.1f}"
 
+    def limit(usage: Any) -> str:
+        """A quota of its own that follows the site's default for this resource says so."""
+        return fmt(usage.quota) + (" (default)" if status.source == "own"
+                                   and usage.source == "default" else "")
+
     def pct(value: float | None) -> str:
         return "-" if value is None else f"{value:.1f}"
 
@@ -187,9 +197,9 @@ def _row(status: Any) -> dict[str, Any]:
             "period": f"{status.period} {status.start:%Y-%m-%d}.." if status.period != "none"
             else "none",
             "cpu used": fmt(status.cpu.used), "cpu prealloc": fmt(status.cpu.preallocated),
-            "cpu quota": fmt(status.cpu.quota), "cpu %": pct(status.cpu.percent),
+            "cpu quota": limit(status.cpu), "cpu %": pct(status.cpu.percent),
             "gpu used": fmt(status.gpu.used), "gpu prealloc": fmt(status.gpu.preallocated),
-            "gpu quota": fmt(status.gpu.quota), "gpu %": pct(status.gpu.percent)}
+            "gpu quota": limit(status.gpu), "gpu %": pct(status.gpu.percent)}
 
 
 @quota_show.args()

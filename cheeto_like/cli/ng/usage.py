@@ -77,21 +77,31 @@ def _(parser: a.Parser) -> None:
 @command("ng", "usage", "prune", help="delete ledger records of jobs that ended before a time",
          store=True)
 async def usage_prune(args: argparse.Namespace) -> int:
-    from ...operations.usage import prune
+    from ...operations.usage import prune_usage
 
     ctx = args.ctx
     before = when(args.before, "--before")
     assert before is not None
     scope = f"site {args.site}" if args.site else "every site"
+    store = ctx.require_store()
+    # counted first (a dry run): a prune that would refund quota is refused before asking
+    found = await prune_usage(store, ctx.author, before=before, site=args.site,
+                              dry_run=True, refund_quota=args.refund_quota)
+    refund = (f", {found.refunded:d} of them in quota periods still in force (refunded)"
+              if found.refunded else "")
     if not args.dry_run and not ctx.confirm(
-            f"Delete the usage records of {scope} that ended before {before.isoformat()}?",
-            force=args.force):
+            f"Delete the {found.deleted:d} usage record(s) of {scope} that ended before "
+            f"{before.isoformat()}{refund}?", force=args.force):
         ctx.out.error("not confirmed (use --force without a terminal)")
         return 2
-    count = await prune(ctx.require_store(), ctx.author, before=before, site=args.site,
-                        dry_run=args.dry_run, chunk=args.chunk_size)
+    done = found if args.dry_run else await prune_usage(
+        store, ctx.author, before=before, site=args.site, dry_run=False,
+        refund_quota=args.refund_quota, chunk=args.chunk_size)
     verb = "would delete" if args.dry_run else "deleted"
-    ctx.out.success(f"{esc(verb)} {esc(count)} usage record(s) of {esc(scope)}")
+    refund = (f", refunding quota: {done.refunded:d} of them counted in periods still in "
+              "force" if done.refunded else "")
+    ctx.out.success(f"{esc(verb)} {esc(done.deleted)} usage record(s) of {esc(scope)}"
+                    f"{esc(refund)}")
     return 0
 
 
@@ -101,6 +111,9 @@ def _(parser: a.Parser) -> None:
                         help=a.when_help("delete jobs that ended before"))
     a.site(parser, required=False, help="only this site (default: every site)")
     parser.add_argument("--dry-run", action="store_true", help="only count them")
+    parser.add_argument("--refund-quota", action="store_true",
+                        help="prune records that count in a quota period still in force "
+                        "(refused without it: their users' and accounts' used would fall)")
     parser.add_argument("--chunk-size", type=a.chunk_size, default=2000, metavar="N",
                         help="records per delete (default 2000; each delete is its own "
                         "short write, a rerun finishes an interrupted prune)")
