@@ -11,12 +11,13 @@ writer (``migrate/writer.py``), refusals and notes. No I/O here.
 What becomes what (the README's "Moving in from slurm-quota" says the same):
 - ``settings`` -> the site's ``QuotaDefaults`` (period ``none``: slurm-quota has no
   windows, balances only grow).
-- a ``users``/``accounts`` row -> an own ``Quota`` (period ``none``) only when its CPU or
-  GPU quota differs from the default of its kind: slurm-quota writes a row with the
+- a ``users``/``accounts`` row -> an own ``Quota`` only when its CPU or GPU quota
+  differs from the default of its kind: slurm-quota writes a row with the
   defaults of the moment for every name it meets, so importing every row would pin
   thousands of subjects to today's defaults. Such a quota sets both values, the one
   equal to the default too: slurm-quota's row kept the value it had whatever the
-  defaults became later, and so does ours (nothing of it follows the site's defaults).
+  defaults became later, and so does ours. Its period follows the site's (``none`` as
+  imported), as with ``ng quota set --cpu --gpu``: slurm-quota never set one.
 - consumed minutes > 0 -> one opening ``QuotaAdjustment`` per subject, dated at the
   import (the current period of every ``none`` window), reason "opening balance from
   slurm-quota <file>".
@@ -73,6 +74,7 @@ GPU_TYPE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 MAX_FACTOR = 1000.0  # = GpuFactor.factor's bound
 REASON_PATH_MAX = 400  # the reason holds the file's path, cut to this (reasons: 500)
 LISTED = 20  # names a note lists before "and N more"
+FOLLOWS = ["period"]  # what an imported quota leaves to the site's defaults
 
 _posix = TypeAdapter(PosixName)
 
@@ -318,21 +320,22 @@ class _Mapper:
         wanted = {"cpu_minutes": quotas["cpu"], "gpu_minutes": quotas["gpu"]}
         if stored is not None:
             same = (all(stored.get(k) == v for k, v in wanted.items())
-                    and stored.get("period", "none") == "none"
-                    and not stored.get("carry_over") and not stored.get("follows_defaults"))
+                    and list(stored.get("follows_defaults") or []) == FOLLOWS)
             if not same:
                 self.refuse("quotas", f"{kind} {name}", (
                     f"the store holds another quota (CPU "
                     f"{_minutes_text(stored.get('cpu_minutes'))}, GPU "
-                    f"{_minutes_text(stored.get('gpu_minutes'))}, period "
-                    f"{stored.get('period', 'none')}); slurm-quota says CPU "
-                    f"{_minutes_text(quotas['cpu'])}, GPU {_minutes_text(quotas['gpu'])} "
-                    "with no period (change or remove one with `ng quota set`/`remove`)"))
+                    f"{_minutes_text(stored.get('gpu_minutes'))}, following the defaults "
+                    f"in {', '.join(stored.get('follows_defaults') or []) or 'nothing'}); "
+                    f"slurm-quota says CPU {_minutes_text(quotas['cpu'])}, GPU "
+                    f"{_minutes_text(quotas['gpu'])}, the site's period (change or remove "
+                    "one with `ng quota set`/`remove`)"))
                 return False
         doc_id = stored["_id"] if stored is not None else import_id("quotas", self.site, kind,
                                                                      name)
         return self.build("quotas", Quota, {
-            "id": doc_id, "site": self.site, kind: name, **wanted, "period": "none"},
+            "id": doc_id, "site": self.site, kind: name, **wanted, "period": "none",
+            "follows_defaults": FOLLOWS},
             f"{kind} {name}") is not None
 
     def _opening(self, kind: str, name: str, consumed: dict[str, float]) -> bool:

@@ -25,7 +25,7 @@ from cheeto_like.migrate.from_slurm_quota import (
 from cheeto_like.models import History, Quota, QuotaAdjustment, QuotaDefaults
 from cheeto_like.models.auth import RoleGrant
 from cheeto_like.models.usage import GpuFactor
-from cheeto_like.operations.quota import SetGpuFactor
+from cheeto_like.operations.quota import SetGpuFactor, SetQuota
 
 from ..factories import AUTHOR, make_group, make_site, make_user
 
@@ -172,11 +172,12 @@ async def test_every_kind_of_row_is_imported(farm, cli, sq):
                                                                "none", False)
 
     quotas = {(q.user or q.account): q for q in await Quota.find({}).to_list()}
-    assert {k: (q.site, q.user, q.account, q.cpu_minutes, q.gpu_minutes, q.period)
-            for k, q in quotas.items()} == {
-        "alice": ("farm", "alice", None, 12000, None, "none"),
-        "carol": ("farm", "carol", None, None, 100, "none"),
-        "lab": ("farm", None, "lab", 90000, 600, "none")}  # bob, dave, physics: defaults
+    assert {k: (q.site, q.user, q.account, q.cpu_minutes, q.gpu_minutes, q.period,
+                q.follows_defaults) for k, q in quotas.items()} == {
+        "alice": ("farm", "alice", None, 12000, None, "none", ["period"]),
+        "carol": ("farm", "carol", None, None, 100, "none", ["period"]),
+        "lab": ("farm", None, "lab", 90000, 600, "none", ["period"])}  # bob, dave, physics:
+    # the defaults; lab's GPU equals the default and is set all the same
     assert quotas["alice"].id == import_id("quotas", "farm", "user", "alice")
 
     adjustments = {(a.user or a.account): a for a in await QuotaAdjustment.find({}).to_list()}
@@ -274,6 +275,16 @@ async def test_a_balance_that_moved_on_since_the_import_is_refused(farm, cli, tm
     assert "this database says CPU 200" in refused
     assert "user carol: the store holds another quota" in refused
     assert await _state() == before
+
+
+async def test_a_quota_the_store_already_holds_alike_is_present(farm, cli, sq):
+    await SetQuota.run(farm, AUTHOR, site="farm", user="alice", cpu_minutes=12000.0,
+                       gpu_minutes=None)
+    r = await cli("migrate", "from-slurm-quota", str(sq), "--site", "farm", "--json")
+    assert r.code == 0, r.stderr
+    counts = {c["collection"]: (c["new"], c["present"]) for c in r.json()["collections"]}
+    assert counts["quotas"] == (2, 1)
+    assert await Quota.find({"user": "alice"}).count() == 1
 
 
 async def test_a_live_wal_database_is_read_with_its_wal(farm, cli, tmp_path):
