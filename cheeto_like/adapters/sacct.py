@@ -223,3 +223,54 @@ class Sacct:
             raise ExternalError(f"sacct for cluster {cluster} failed ({result.summary()})",
                                 transient=result.timed_out)
         return parse_output(result.stdout)
+
+
+@dataclass(frozen=True)
+class TaggedJobs:
+    """``Sacct.by_ids``: finished jobs with their admin comments, and the ids sacct
+    listed but cannot call finished yet (slurmdbd gets a job's end a moment after the
+    completion hook runs)."""
+
+    jobs: tuple[SacctJob, ...]
+    comments: Mapping[str, str]
+    unfinished: tuple[str, ...]
+
+
+def parse_tagged(text: str) -> TaggedJobs:
+    """Lines of ``FIELDS`` + ``AdminComment`` (last: it is free text and may hold ``|``)."""
+    jobs: list[SacctJob] = []
+    comments: dict[str, str] = {}
+    unfinished: list[str] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split("|", len(FIELDS))
+        if len(parts) != len(FIELDS) + 1:
+            continue
+        try:
+            job = parse_line("|".join(parts[:len(FIELDS)]))
+        except SacctParseError:
+            unfinished.append(parts[0].strip())
+            continue
+        if job.state in ("RUNNING", "PENDING", "REQUEUED", "SUSPENDED", "COMPLETING"):
+            unfinished.append(job.job_id)
+            continue
+        jobs.append(job)
+        comments[job.job_id] = parts[-1]
+    return TaggedJobs(tuple(jobs), comments, tuple(unfinished))
+
+
+async def by_ids(sacct: Sacct, cluster: str, ids: list[str]) -> TaggedJobs:
+    """The allocation records of ``ids`` (``123`` or ``123_4``), any state."""
+    env = sacct._env()
+    path = shutil.which(sacct.binary, path=env.get("PATH")) or sacct.binary
+    argv = [path, "-X", "-P", "-n", "-a", "--noconvert", f"--clusters={cluster}",
+            f"--format={','.join((*FIELDS, 'AdminComment'))}", f"--jobs={','.join(ids)}"]
+    outcome = await run_process(argv, time_limit=sacct.timeout, env=env,
+                                missing=f"{sacct.binary} not found; is slurm-client "
+                                        "installed on this host?")
+    result = ProcessResult(tuple(argv), *outcome)
+    if not result.ok:
+        raise ExternalError(f"sacct --jobs for cluster {cluster} failed ({result.summary()})",
+                            transient=True)
+    return parse_tagged(result.stdout)

@@ -56,6 +56,9 @@ NODES: tuple[Node, ...] = (
     C("daemon beat", "daemon",
       "run the beat scheduler (several may run: one sends, the others stand by)"),
     C("daemon enqueue", "daemon", "queue a task now, for the given or configured sites"),
+    C("daemon quota-agent", "daemon_quota",
+      "keep a site's quota table on its head node: charge finished jobs, release "
+      "reservations (the site worker starts it)"),
     C("daemon status", "daemon",
       "the last run of each (task, site): state, when, duration, error"),
     C("daemon api", "daemon_serve",
@@ -115,6 +118,14 @@ NODES: tuple[Node, ...] = (
     G("ng site", "sites (clusters)"),
     C("ng site adopt", "ng.site_adopt",
       "create the store records that reproduce a running cluster (slurmdbd, the directory)"),
+    G("ng site enforcement",
+      "the submit-time quota check: slurmctld's plugin, the completion hook"),
+    C("ng site enforcement show", "ng.site_enforcement",
+      "the plugin's and hook's files, modes and slurm.conf lines (or one file's text with "
+      "--file)"),
+    C("ng site enforcement install", "ng.site_enforcement",
+      "write the plugin and the hook beside slurm.conf and the state directory (run on "
+      "the head node as root)"),
     G("ng site export", "write a site's exports (puppet, keys, lists)"),
     C("ng site export puppet-legacy", "ng.export", "the legacy puppet account YAML"),
     C("ng site export root-keys", "ng.export", "root's authorized_keys for the site"),

@@ -36,6 +36,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from cheeto_like.config.slurm import QuotaEnforcement
+from cheeto_like.enforcement.layout import Layout, conf_lines, layout
+from cheeto_like.enforcement.render import install
+
 from ._proc import ServiceError, StepTimer, ensure_running, free_ports, kill_and_wait, run, spawn
 from ._proc import wait_for as _wait_for
 from .slurm import SlurmAccounting
@@ -123,6 +127,41 @@ class SlurmCluster(SlurmAccounting):
         self.ctld_port = 0
         self.slurmd_port = 0
         self.quiet_since = datetime.now(UTC)
+        self.enforcement_site = cluster_name
+
+    # ------------------------------------------------------------ the quota check
+
+    def enforcement_settings(self, **changes: object) -> QuotaEnforcement:
+        """The ``slurm.enforcement`` block a test config gives the site worker: state
+        under BASE, slurmctld's user (root here), plus ``changes``."""
+        values = {"state_dir": self.base / "cheeto", "slurm_user": self.run_user,
+                  "sites": [self.enforcement_site], **changes}
+        return QuotaEnforcement.model_validate(values)
+
+    @property
+    def enforcement(self) -> Layout:
+        return layout(self.enforcement_settings(), self.enforcement_site, self.slurm_conf)
+
+    def install_enforcement(self, **changes: object) -> Layout:
+        """What `ng site enforcement install` writes (the same function); slurmctld
+        reloads job_submit.lua by itself when the file changes."""
+        settings = self.enforcement_settings(**changes)
+        where = layout(settings, self.enforcement_site, self.slurm_conf)
+        install(settings, where)
+        return where
+
+    def clear_enforcement_state(self) -> None:
+        """No table, no reservations, an empty spool, the default plugin (fail_open):
+        every module starts without another module's quotas."""
+        where = self.enforcement
+        for path in (where.table, where.reservations,
+                     where.reservations.with_name(where.reservations.name + "-wal"),
+                     where.reservations.with_name(where.reservations.name + "-shm")):
+            path.unlink(missing_ok=True)
+        if where.spool.is_dir():
+            for entry in where.spool.iterdir():
+                entry.unlink(missing_ok=True)
+        self.install_enforcement()
 
     # ------------------------------------------------------------ bring-up hooks
 
@@ -168,7 +207,9 @@ class SlurmCluster(SlurmAccounting):
             f"SlurmdPort={self.slurmd_port}\n"
             "CommunicationParameters=NoInAddrAny,NoCtldInAddrAny\n"  # loopback only
             f"SlurmdUser={self.run_user}\n"
-            "AccountingStorageEnforce=associations,limits,qos,safe\n"
+            # the quota check, exactly as `ng site enforcement show` says: the Lua
+            # plugin, the completion hook, AccountingStorageEnforce with `safe`
+            + "".join(f"{line}\n" for line in conf_lines(self.enforcement)) +
             f"StateSaveLocation={base / 'state'}\n"
             f"SlurmdSpoolDir={base / 'spool'}\n"
             f"SlurmctldPidFile={base / 'slurmctld.pid'}\n"
@@ -199,6 +240,7 @@ class SlurmCluster(SlurmAccounting):
         lines = [f"NodeName=localhost Name=gpu Type={t} File={self.base / 'dev'}/nvidia{i}\n"
                  for i, t in enumerate(GPU_TYPES)]
         (self.base / "etc" / "gres.conf").write_text("".join(lines))
+        self.install_enforcement()
 
     def _start_cluster(self, timer: StepTimer) -> None:
         ctld_logs = [self._log("slurmctld.out"), self._log("slurmctld.log")]
@@ -384,6 +426,7 @@ class SlurmCluster(SlurmAccounting):
         ("You can not remove the default account of a user")."""
         self.cancel_all()
         self.resume_node()
+        self.clear_enforcement_state()
         if users := self._names("user", "root"):
             self.sacctmgr("-i", "remove", "user", "where", f"name={','.join(users)}")
         if accounts := self._names("account", "root"):

@@ -1,0 +1,211 @@
+"""The quota agent: the site worker's loop that keeps the head node's quota table.
+
+It runs beside a site's Celery worker (``cheeto daemon worker --site S`` starts it when
+S is in ``slurm.enforcement.sites``) or alone (``cheeto daemon quota-agent -s S``). Each
+pass, every ``poll_seconds``:
+
+1. charges the jobs the completion hook spooled (sacct's record into the ledger);
+2. rebuilds the table when the store moved (the site's data generation: quota changes,
+   adjustments, factors), after a charge, when a period ends or a factor starts, and at
+   least every ``refresh_seconds`` (the scheduled collect writes the ledger without a
+   generation mark); an unchanged table only has its ``written_at`` moved;
+3. releases the reservations of the charged jobs (after the table shows their charge:
+   in between a job counts twice, never zero times);
+4. every ``SWEEP_SECONDS``, drops reservations whose job slurmctld no longer holds as
+   queued or running (a completion the hook missed, a cancelled array);
+5. when the set of users and accounts out of quota changes, runs the site's Slurm sync
+   (the ``slurm_sync`` task's block, under its lease) so the backstop's zero follows.
+
+A pass that fails (store, sacct, slurmctld unreachable) is logged and retried on the
+next; the plugin meanwhile reads the last table until it is ``max_age_seconds`` old.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pwd
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..adapters.sacct import Sacct
+from ..adapters.scontrol import SControl, live_job_lines, show_jobs
+from ..config import Config
+from ..config.slurm import QuotaEnforcement
+from ..enforcement import table as qtable
+from ..enforcement.charge import charge_spool, read_spool, reservation_of
+from ..enforcement.desired import build_table
+from ..enforcement.layout import Layout
+from ..errors import CheetoError
+from ..models.fields import utcnow
+from ..queries.generations import all_generations, site_generation
+from ..queries.site import get_site
+from ..store import Store
+
+log = logging.getLogger(__name__)
+
+SWEEP_SECONDS = 30.0
+_TAG_WORD = re.compile(r"AdminComment=.*")
+
+
+def out_of_quota(table: qtable.Table) -> frozenset[tuple[str, str]]:
+    """Who the backstop blocks: used has reached a quota (as ``sync.slurm_quota``)."""
+    return frozenset((s.kind, s.name) for s in table.subjects
+                     if (s.cpu_quota is not None and s.cpu_used >= s.cpu_quota)
+                     or (s.gpu_quota is not None and s.gpu_used >= s.gpu_quota))
+
+
+@dataclass
+class PassReport:
+    charged: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    released: int = 0
+    swept: int = 0
+    rebuilt: bool = False
+    touched: bool = False
+    blocks_synced: bool = False
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass
+class QuotaAgent:
+    store: Store
+    config: Config
+    site: str
+    where: Layout
+    sacct: Sacct = field(default_factory=Sacct)
+    scontrol: SControl = field(default_factory=SControl)
+    sync_blocks: bool = True
+    _generation: Any = None
+    _built_at: float = 0.0
+    _next_change: datetime | None = None
+    _fingerprint: str | None = None
+    _blocked: frozenset[tuple[str, str]] | None = None
+    _swept_at: float = 0.0
+    _cluster: str | None = None
+
+    @property
+    def settings(self) -> QuotaEnforcement:
+        return self.config.slurm.enforcement
+
+    def _owner(self) -> tuple[int, int] | None:
+        try:
+            entry = pwd.getpwnam(self.settings.slurm_user)
+        except KeyError:
+            return None
+        return entry.pw_uid, entry.pw_gid
+
+    async def one_pass(self) -> PassReport:
+        report = PassReport()
+        if self._cluster is None:
+            self._cluster = (await get_site(self.site)).cluster_name
+        self.where.spool.mkdir(mode=0o700, parents=True, exist_ok=True)
+        entries = read_spool(self.where.spool)
+        charged = None
+        if entries:
+            charged = await charge_spool(self.store, self.site, self._cluster, entries,
+                                         self.sacct)
+            report.charged, report.waiting = charged.jobs, charged.waiting
+        generation = site_generation(await all_generations(), self.site)
+        now = time.time()
+        due = (generation != self._generation or bool(report.charged)
+               or now - self._built_at >= self.settings.refresh_seconds
+               or (self._next_change is not None and utcnow() >= self._next_change)
+               or not self.where.table.is_file())
+        if due:
+            built = await build_table(self.site, datetime.now(UTC))
+            fingerprint = built.table.fingerprint()
+            if fingerprint != self._fingerprint or not self.where.table.is_file():
+                qtable.write_table(self.where.table, built.table, owner=self._owner())
+                report.rebuilt = True
+            else:
+                qtable.touch_table(self.where.table)
+                report.touched = True
+            self._generation, self._built_at = generation, now
+            self._next_change, self._fingerprint = built.next_change, fingerprint
+            blocked = out_of_quota(built.table)
+            if self._blocked is not None and blocked != self._blocked and self.sync_blocks:
+                report.blocks_synced = await self._sync_blocks()
+            self._blocked = blocked
+        if charged is not None:
+            if charged.releases:
+                with qtable.reservations(self.where.reservations, self._owner()) as db:
+                    report.released = qtable.release(db, charged.releases)
+            for path in charged.done:
+                path.unlink(missing_ok=True)
+        if now - self._swept_at >= SWEEP_SECONDS:
+            report.swept = await self.sweep()
+            self._swept_at = now
+        return report
+
+    async def sweep(self) -> int:
+        """Drop reservations of jobs slurmctld no longer holds (older than the grace)."""
+        if not self.where.reservations.is_file():
+            return 0
+        result = await show_jobs(self.scontrol)
+        if not result.ok:
+            log.warning("quota agent %s: scontrol show job failed (%s); reservations kept",
+                        self.site, result.summary())
+            return 0
+        live: set[str] = set()
+        for line in live_job_lines(result.stdout):
+            comment = _TAG_WORD.search(line)
+            if comment and (rid := reservation_of(comment[0][len("AdminComment="):])):
+                live.add(rid)
+        grace = time.time() - self.settings.reservation_grace_seconds
+        with qtable.reservations(self.where.reservations, self._owner()) as db:
+            stale = [r.id for r in qtable.list_reservations(db)
+                     if r.id not in live and r.created < grace]
+            return qtable.drop(db, stale, released_before=time.time() - 7 * 86400)
+
+    async def _sync_blocks(self) -> bool:
+        from .config import TASKS, task_block
+        from .tasks import _locked_run, _slurm
+
+        try:
+            block = task_block(self.config, TASKS["slurm_sync"])
+        except CheetoError as exc:
+            log.info("quota agent %s: the out-of-quota set changed; no Slurm sync (%s)",
+                     self.site, exc.message)
+            return False
+        try:
+            outcome = await _locked_run(self.config, TASKS["slurm_sync"], block, self.site,
+                                        _slurm)
+        except CheetoError as exc:
+            log.warning("quota agent %s: the Slurm sync for the new blocks failed: %s",
+                        self.site, exc.message)
+            return False
+        log.info("quota agent %s: Slurm sync for the new blocks: %s", self.site,
+                 outcome.get("status"))
+        return outcome.get("status") == "ok"
+
+    async def run(self, *, once: bool = False, stop: asyncio.Event | None = None) -> None:
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
+            try:
+                report = await self.one_pass()
+                if report.charged or report.rebuilt or report.released or report.swept:
+                    log.info("quota agent %s: %s", self.site, report.as_dict())
+            except Exception as exc:  # any failure: log it and serve the next pass
+                if once:
+                    raise
+                log.warning("quota agent %s: pass failed: %s", self.site, exc)
+            if once:
+                return
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=self.settings.poll_seconds)
+            except TimeoutError:
+                pass
+
+
+def agent_layout(config: Config, site: str, slurm_conf: Path) -> Layout:
+    from ..enforcement.layout import layout
+
+    return layout(config.slurm.enforcement, site, slurm_conf)

@@ -1,0 +1,110 @@
+"""Charge finished jobs the completion hook reported, within seconds of their end.
+
+The hook drops ``<spool>/<jobid>.job`` (JOBID, ARRAYJOBID, ARRAYTASKID, …) for every
+job that ends. The worker reads sacct's allocation record of those jobs (the same
+record and parser as ``ng usage collect``, so AllocTRES with typed GPUs, and the same
+idempotent upsert by job id: a job charged here and collected later is one record),
+and learns each job's reservation id from its admin_comment. slurmdbd receives a job's
+end a moment after the hook runs, so a job sacct cannot call finished yet stays in the
+spool for the next pass; after ``GIVE_UP`` the file is dropped and the scheduled
+collect (which re-reads a window) charges the job, while the reservation sweep frees
+its reservation.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..adapters.sacct import Sacct, by_ids
+from ..operations.usage import IngestCounts, ingest
+from ..queries.usage import factor_table
+from ..store import Store
+from .layout import TAG
+
+log = logging.getLogger(__name__)
+
+GIVE_UP_SECONDS = 600.0
+NO_VAL = "4294967294"
+
+
+@dataclass(frozen=True)
+class SpoolEntry:
+    path: Path
+    job_id: str  # as sacct prints it: 123, or 120_3 for an array element
+    age: float
+
+
+def read_spool(spool: Path, *, now: float | None = None) -> list[SpoolEntry]:
+    """Every complete hook file (``*.job``; the hook's ``.tmp`` files are skipped), the
+    oldest first. A file that is not the hook's is logged and removed."""
+    at = now if now is not None else time.time()
+    entries = []
+    for path in sorted(spool.glob("*.job")):
+        try:
+            text = path.read_text(errors="replace")[:4096]
+            age = at - path.stat().st_mtime
+        except FileNotFoundError:
+            continue
+        fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        job = fields.get("JOBID", "")
+        array_job, task = fields.get("ARRAYJOBID", ""), fields.get("ARRAYTASKID", "")
+        if not job.isdigit():
+            log.warning("quota agent: %s is not a completion record; removed", path.name)
+            path.unlink(missing_ok=True)
+            continue
+        if array_job.isdigit() and array_job != "0" and task.isdigit() and task != NO_VAL:
+            job = f"{array_job}_{task}"
+        entries.append(SpoolEntry(path, job, age))
+    entries.sort(key=lambda e: -e.age)
+    return entries
+
+
+def reservation_of(comment: str) -> str | None:
+    """The reservation id the plugin put in a job's admin_comment."""
+    for word in comment.split():
+        if word.startswith(TAG) and all(c in "0123456789abcdef" for c in word[len(TAG):]):
+            return word[len(TAG):] or None
+    return None
+
+
+@dataclass
+class Charged:
+    jobs: list[str] = field(default_factory=list)
+    counts: IngestCounts = field(default_factory=IngestCounts)
+    # (reservation id, job id) of every finished job: released after the table moves
+    releases: list[tuple[str, str]] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    done: list[Path] = field(default_factory=list)
+
+
+async def charge_spool(store: Store, site: str, cluster: str, entries: list[SpoolEntry],
+                       sacct: Sacct, *, give_up: float = GIVE_UP_SECONDS,
+                       batch: int = 200) -> Charged:
+    """Charge the jobs of ``entries`` that sacct calls finished. Files are *not*
+    removed here: the caller removes ``done`` once the table shows the charge."""
+    out = Charged()
+    factors = await factor_table(site)
+    for start in range(0, len(entries), batch):
+        part = entries[start:start + batch]
+        tagged = await by_ids(sacct, cluster, [e.job_id for e in part])
+        finished = {job.job_id: job for job in tagged.jobs if job.cluster in (cluster, "")}
+        counts = await ingest(store, site, finished.values(), factors)
+        for name in ("seen", "inserted", "replaced", "unchanged", "queries"):
+            setattr(out.counts, name, getattr(out.counts, name) + getattr(counts, name))
+        for job_id, job in finished.items():
+            out.jobs.append(job.job_id)
+            if (rid := reservation_of(tagged.comments.get(job_id, ""))) is not None:
+                out.releases.append((rid, job_id))
+        for entry in part:
+            if entry.job_id in finished:
+                out.done.append(entry.path)
+            elif entry.age > give_up:
+                out.dropped.append(entry.job_id)
+                out.done.append(entry.path)
+            else:
+                out.waiting.append(entry.job_id)
+    return out

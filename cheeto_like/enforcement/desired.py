@@ -1,0 +1,58 @@
+"""The quota table's rows from the store: what the plugin needs to judge a submission.
+
+One call of ``queries.quota.quota_status`` for the whole site (a constant number of
+queries: quotas, defaults, adjustments, one ledger aggregation per period window), plus
+the site's GPU factors. Everyone with a quota of their own, usage in their period, or
+an adjustment gets a row; anyone else gets the defaults with nothing used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from ..models.quota import Quota, QuotaAdjustment, QuotaDefaults
+from ..queries.quota import quota_status
+from ..queries.usage import factor_table
+from .table import SubjectRow, Table
+
+
+@dataclass(frozen=True)
+class Built:
+    table: Table
+    # when the table goes stale by itself: the soonest end of a period in force or
+    # start of a new GPU factor (None: never); the agent rebuilds then
+    next_change: datetime | None
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+async def build_table(site: str, now: datetime) -> Built:
+    adjusted = await QuotaAdjustment.get_pymongo_collection().distinct(
+        "user", {"site": site, "user": {"$ne": None}})
+    adjusted_accounts = await QuotaAdjustment.get_pymongo_collection().distinct(
+        "account", {"site": site, "account": {"$ne": None}})
+    also = [("user", u) for u in adjusted] + [("account", a) for a in adjusted_accounts]
+    statuses = await quota_status(site, now, also=also)
+    subjects = tuple(SubjectRow(s.kind, s.name, _round(s.cpu.quota), _round(s.gpu.quota),
+                                round(s.cpu.used, 4), round(s.gpu.used, 4))
+                     for s in statuses)
+    defaults_doc = await QuotaDefaults.find_one({"site": site})
+    defaults = tuple(
+        (kind, _round(getattr(defaults_doc, f"{kind}_cpu_minutes", None)),
+         _round(getattr(defaults_doc, f"{kind}_gpu_minutes", None)))
+        for kind in ("user", "account"))
+    factors_table = await factor_table(site)
+    factors = tuple(sorted((kind, factors_table.factor(kind, now))
+                           for kind in factors_table.versions))
+    ends = [s.end for s in statuses]
+    if defaults_doc is not None:
+        ends.append(defaults_doc.window(now)[1])
+    for quota in await Quota.find({"site": site}).to_list():
+        ends.append(quota.window(now)[1])
+    for versions in factors_table.versions.values():
+        ends.extend(since for since, _ in versions if since > now)
+    future = [end for end in ends if end > now]
+    return Built(Table(site, subjects, defaults, factors), min(future) if future else None)
