@@ -1,10 +1,13 @@
-"""Running jobs from ``squeue``: what their owners have reserved but not been charged yet.
+"""Queued and running jobs from ``squeue``: what their owners have reserved but not been
+charged yet.
 
-A running job is charged when it ends (the ledger reads finished jobs only), so a quota
-report adds its *reservation*: allocated CPUs (and GPUs) x the job's time limit, the most
-it can be charged. ``-h`` (no header), ``-a`` (every partition), ``-t R`` (running),
-``-o`` with ``|`` between explicit fields: user, account, CPUs, time limit, GRES per
-node, node count, job id.
+A job is charged when it ends (the ledger reads finished jobs only), so a quota report
+adds its *reservation*: CPUs (and GPUs) x the job's time limit, the most it can be
+charged, the same figure the submit-time check reserves. Pending jobs count too (they
+were accepted against the quota), and ``-r`` lists a pending array one line per element,
+so an array of 12 reserves 12 times. ``-h`` (no header), ``-a`` (every partition), ``-t
+PD,R,S,CG``, ``-o`` with ``|`` between explicit fields: user, account, CPUs, time limit,
+GRES per node, node count, job id.
 
 ``Squeue.jobs`` lists every job in the queue for the cluster monitor: running and
 pending, with the pending reason (last, as it is free text) and the submit time as epoch
@@ -143,8 +146,11 @@ class Squeue:
     timeout: float = 30.0
     env: Mapping[str, str] = field(default_factory=dict)
 
-    async def running(self, cluster: str) -> list[RunningJob]:
-        argv = [self.binary, "-h", "-a", "-t", "R", f"--clusters={cluster}", "-o", FORMAT]
+    async def reserving(self, cluster: str) -> list[RunningJob]:
+        """Every job that holds a reservation: pending (array elements one by one),
+        running, suspended, completing."""
+        argv = [self.binary, "-h", "-a", "-r", "-t", "PD,R,S,CG", f"--clusters={cluster}",
+                "-o", FORMAT]
         code, out, err, _ = await run_process(
             argv, time_limit=self.timeout, env={**os.environ, **self.env},
             missing=f"{self.binary} not found")

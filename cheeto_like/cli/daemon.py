@@ -93,8 +93,28 @@ def daemon_worker(args: argparse.Namespace) -> int:
 
     if (verdict := check_consumer_timeout(daemon_config(config))) is not None:
         log.log(verdict[0], "worker: %s", verdict[1])
-    return run_celery(app, worker_argv(queue=queue, name=name, loglevel=args.worker_loglevel,
-                                       concurrency=args.concurrency))
+    agent = _quota_agent(args) if args.site else None
+    try:
+        return run_celery(app, worker_argv(queue=queue, name=name,
+                                           loglevel=args.worker_loglevel,
+                                           concurrency=args.concurrency))
+    finally:
+        if agent is not None:
+            agent.stop()
+
+
+def _quota_agent(args: argparse.Namespace) -> Any:
+    """A site worker whose site checks quotas at submit keeps the head node's table: it
+    runs ``daemon quota-agent`` beside itself (slurm.enforcement.sites)."""
+    from ..daemon.quota_agent import AgentChild
+    from ..daemon.stack import cheeto_argv
+
+    if args.site not in args.ctx.config.slurm.enforcement.sites:
+        return None
+    extra = [*(["--config", str(args.config)] if getattr(args, "config", None) else []),
+             *(["--profile", args.profile] if getattr(args, "profile", None) else [])]
+    log.info("worker: starting the quota agent of %s", args.site)
+    return AgentChild(cheeto_argv("daemon", "quota-agent", "-s", args.site, *extra)).start()
 
 
 @daemon_worker.args()

@@ -149,7 +149,11 @@ class QuotaAgent:
         """Drop reservations of jobs slurmctld no longer holds (older than the grace)."""
         if not self.where.reservations.is_file():
             return 0
-        result = await show_jobs(self.scontrol)
+        try:
+            result = await show_jobs(self.scontrol)
+        except CheetoError as exc:  # scontrol missing on this host
+            log.warning("quota agent %s: %s; reservations kept", self.site, exc.message)
+            return 0
         if not result.ok:
             log.warning("quota agent %s: scontrol show job failed (%s); reservations kept",
                         self.site, result.summary())
@@ -166,8 +170,12 @@ class QuotaAgent:
             return qtable.drop(db, stale, released_before=time.time() - 7 * 86400)
 
     async def _sync_blocks(self) -> bool:
-        from .config import TASKS, task_block
-        from .tasks import _locked_run, _slurm
+        """The ``slurm_sync`` task's body on this agent's store connection (the task's
+        own runner connects and rebinds the models, which would leave this process's
+        models on a closed client); the sync's lease keeps it from overlapping a
+        scheduled run (``Busy``: that run writes the blocks)."""
+        from .config import TASKS, daemon_config, task_block
+        from .tasks import _slurm, resolve_author
 
         try:
             block = task_block(self.config, TASKS["slurm_sync"])
@@ -176,15 +184,14 @@ class QuotaAgent:
                      self.site, exc.message)
             return False
         try:
-            outcome = await _locked_run(self.config, TASKS["slurm_sync"], block, self.site,
-                                        _slurm)
+            author = await resolve_author(self.store, daemon_config(self.config).author)
+            await _slurm(self.store, self.config, block, self.site, author)
         except CheetoError as exc:
-            log.warning("quota agent %s: the Slurm sync for the new blocks failed: %s",
+            log.warning("quota agent %s: the Slurm sync for the new blocks did not run: %s",
                         self.site, exc.message)
             return False
-        log.info("quota agent %s: Slurm sync for the new blocks: %s", self.site,
-                 outcome.get("status"))
-        return outcome.get("status") == "ok"
+        log.info("quota agent %s: the Slurm sync wrote the new blocks", self.site)
+        return True
 
     async def run(self, *, once: bool = False, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
@@ -209,3 +216,51 @@ def agent_layout(config: Config, site: str, slurm_conf: Path) -> Layout:
     from ..enforcement.layout import layout
 
     return layout(config.slurm.enforcement, site, slurm_conf)
+
+
+class AgentChild:
+    """The site worker's quota agent, as a child process it keeps running.
+
+    A child rather than a thread: the Celery worker forks its pool, and a thread holding
+    a store connection does not survive (or worse, half-survives) a fork. The child is
+    restarted when it dies (after ``RESTART_SECONDS``, logged) and stopped with the
+    worker."""
+
+    RESTART_SECONDS = 5.0
+
+    def __init__(self, argv: list[str]) -> None:
+        import threading
+
+        self.argv = argv
+        self.stopping = threading.Event()
+        self.proc: Any = None
+        self.thread = threading.Thread(target=self._keep, name="quota-agent", daemon=True)
+
+    def start(self) -> AgentChild:
+        self.thread.start()
+        return self
+
+    def _keep(self) -> None:
+        import subprocess
+
+        while not self.stopping.is_set():
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL)
+            code = self.proc.wait()
+            if self.stopping.is_set():
+                return
+            log.warning("quota agent exited with %s; restarting in %.0f s", code,
+                        self.RESTART_SECONDS)
+            self.stopping.wait(self.RESTART_SECONDS)
+
+    def stop(self) -> None:
+        import subprocess
+
+        self.stopping.set()
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

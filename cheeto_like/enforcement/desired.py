@@ -46,7 +46,8 @@ async def build_table(site: str, now: datetime) -> Built:
         for kind in ("user", "account"))
     factors_table = await factor_table(site)
     factors = tuple(sorted((kind, factors_table.factor(kind, now))
-                           for kind in factors_table.versions))
+                           for kind, versions in factors_table.versions.items()
+                           if any(since <= now for since, _ in versions)))
     ends = [s.end for s in statuses]
     if defaults_doc is not None:
         ends.append(defaults_doc.window(now)[1])

@@ -25,9 +25,10 @@ MARK = "--@@CONFIG@@"
 
 
 def _lua_string(value: str) -> str:
-    """A Lua string literal: JSON's escapes are valid Lua 5.1 escapes for what we emit
-    (quotes, backslashes, control characters as \\uXXXX are not: refuse those)."""
-    if any(ord(c) < 32 or c in "\x7f" for c in value):
+    """A Lua string literal. JSON's escapes of quotes and backslashes are Lua 5.1's too;
+    its ``\\uXXXX`` for control characters is not, so those are refused (no path or
+    name we emit should hold one)."""
+    if any(ord(c) < 32 or c == "\x7f" for c in value):
         raise InvalidInput(f"control character in {value!r}")
     return json.dumps(value, ensure_ascii=False)
 

@@ -88,7 +88,7 @@ def blocks_from(statuses: Iterable[QuotaStatus]) -> QuotaBlocks:
     return QuotaBlocks(users, accounts, notes)
 
 
-def _limited(quotas: list[Quota], defaults: QuotaDefaults | None) -> bool:
+def limits_in_force(quotas: list[Quota], defaults: QuotaDefaults | None) -> bool:
     """Some limit is in force at the site (a quota's own, or one it follows from the
     defaults: ``Quota.resolved``)."""
     if any(r.cpu_minutes is not None or r.gpu_minutes is not None
@@ -106,7 +106,7 @@ async def quota_blocks(site: str, now: datetime, *, users: Iterable[str] = (),
     debit adjustment can put them out too."""
     quotas = await Quota.find({"site": site}).to_list()
     defaults = await QuotaDefaults.find_one({"site": site})
-    if not _limited(quotas, defaults):
+    if not limits_in_force(quotas, defaults):
         return QuotaBlocks()
     also = [("user", u) for u in users] + [("account", a) for a in accounts]
     return blocks_from(await quota_status(site, now, also=also))

@@ -205,3 +205,57 @@ async def test_a_stale_or_missing_table_fails_open_or_closed_as_configured(qsite
     qsite.accepted("qtstale", "lab", "--hold")
     log = (qsite.cluster.base / "log" / "slurmctld.log").read_text()
     assert "cheeto quota: the quota table is missing: accepting (on_stale fail_open)" in log
+
+
+async def test_the_agent_moves_the_backstop_when_someone_runs_out(qsite, monkeypatch):
+    """A debit (or a lowered quota) puts a user out: the agent's next pass runs the
+    site's Slurm sync, which writes the zero GrpTRESMins; a credit lifts it again."""
+    from ruamel.yaml import YAML
+
+    from cheeto_like.config import load_config
+    from cheeto_like.daemon.quota_agent import QuotaAgent
+
+    await qsite.build({"lab": ["qtblock"]})
+    for key, value in qsite.cluster.env.items():
+        monkeypatch.setenv(key, value)
+    data = YAML(typ="safe").load(qsite.config_path.read_text())
+    data["daemon"] = {"default": {"tasks": {"slurm_sync": {"max_deletions": 0}}}}
+    YAML(typ="safe").dump(data, qsite.config_path)
+    await SetQuota.run(qsite.store, AUTHOR, site="farm", user="qtblock", cpu_minutes=10)
+    agent = QuotaAgent(qsite.store, load_config(qsite.config_path), "farm",
+                       qsite.cluster.enforcement)
+    assert not (await agent.one_pass()).blocks_synced  # the first pass only learns the set
+
+    def limits() -> set[str]:
+        out = qsite.cluster.sacctmgr("-i", "-P", "-n", "show", "assoc", "where",
+                                     "users=qtblock", "format=grptresmins").stdout
+        return {line for line in out.splitlines() if line}
+
+    assert limits() == set()
+    await AdjustUsage.run(qsite.store, AUTHOR, site="farm", user="qtblock", cpu_minutes=20,
+                          reason="debit: usage from the old system")
+    assert (await agent.one_pass()).blocks_synced
+    assert limits() == {"cpu=0"}
+    assert "CPU quota 10.0 min" in qsite.refused("qtblock", "lab", "--hold")
+    await AdjustUsage.run(qsite.store, AUTHOR, site="farm", user="qtblock", cpu_minutes=-20,
+                          reason="credit")
+    assert (await agent.one_pass()).blocks_synced
+    assert limits() == set()
+    qsite.accepted("qtblock", "lab", "--hold")
+
+
+async def test_the_live_cluster_is_configured_as_install_says(qsite, cli, monkeypatch):
+    from cheeto_like.enforcement.check import live_warnings
+
+    await qsite.build({"lab": ["qtconf"]})
+    await SetQuota.run(qsite.store, AUTHOR, site="farm", user="qtconf", cpu_minutes=10)
+    settings = qsite.cluster.enforcement_settings()
+    assert await live_warnings("farm", settings, env=qsite.cluster.env) == []
+    for key, value in qsite.cluster.env.items():
+        monkeypatch.setenv(key, value)
+    r = await cli("ng", "cluster", "status", "-s", "farm", config=qsite.config_path)
+    assert r.code == 0, r.stderr
+    assert "enforcement at farm" not in r.stderr
+    # a hook path other than install's is named
+    other = qsite.cluster.enforcement_settings(state_dir=qsite.cluster.base / "elsewhere")
+    assert await live_warnings("farm", other, env=qsite.cluster.env) == []  # same etc dir

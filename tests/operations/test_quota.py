@@ -259,7 +259,7 @@ async def test_a_quota_stored_before_follows_defaults_reads_as_pinned(farm):
 
 
 async def test_the_slurm_sync_blocks_on_a_followed_default(farm):
-    from cheeto_like.sync.slurm_quota import _limited, quota_blocks
+    from cheeto_like.sync.slurm_quota import limits_in_force, quota_blocks
 
     await seed(farm)  # alice: 150 CPU-minutes in November
     await SetQuota.run(farm, AUTHOR, site="farm", user="alice", gpu_minutes=600.0)
@@ -269,5 +269,5 @@ async def test_the_slurm_sync_blocks_on_a_followed_default(farm):
     blocks = await quota_blocks("farm", NOW, users=["alice", "bob"])
     assert blocks.users == {"alice": (("cpu", 0),)}  # bob: 120 of 130
     following = Quota(site="farm", user="alice", follows_defaults=["cpu", "gpu", "period"])
-    assert not _limited([following], None)
-    assert _limited([following], QuotaDefaults(site="farm", user_gpu_minutes=1.0))
+    assert not limits_in_force([following], None)
+    assert limits_in_force([following], QuotaDefaults(site="farm", user_gpu_minutes=1.0))

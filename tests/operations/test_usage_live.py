@@ -130,20 +130,24 @@ async def test_cli_collect_moves_the_watermark_and_quota_show_reads_squeue(
     running = cluster.submit(USER, "-A", "lab", "-p", "cpu", "-c", "2", wrap="sleep 30")
     assert running.accepted
     cluster.wait_started(running.job_id)
+    # a held array of 12 one-minute elements: pending, and reserved element by element
+    array = cluster.submit(USER, "-A", "lab", "-p", "cpu", "--array=0-11", "--hold")
+    assert array.accepted, array
     try:
-        jobs = await Squeue(env=cluster.env).running("farm")
+        jobs = await Squeue(env=cluster.env).reserving("farm")
         mine = [j for j in jobs if j.job_id == running.job_id]
         assert mine and mine[0].cpus == 2 and mine[0].limit_minutes == 1.0  # --time=1
         reserved = reservations(jobs, await factor_table("farm"), utcnow())
         [status] = await quota_status("farm", utcnow(), user=USER, reserved=reserved)
-        assert status.cpu.preallocated == 2.0 and status.cpu.used > 0
+        assert status.cpu.preallocated == 2.0 + 12.0 and status.cpu.used > 0
         # the command reads the same running job from the real squeue
         r = await cli("ng", "quota", "show", "-s", "farm", "--user", USER, "--json")
         assert r.code == 0, r.stderr
         data = r.json()
         assert data["preallocated_known"] is True
         [shown] = data["subjects"]
-        assert shown["cpu_minutes"]["preallocated"] == 2.0  # 2 CPUs x --time=1
+        # 2 CPUs x --time=1 running, 12 pending elements x 1 CPU x --time=1
+        assert shown["cpu_minutes"]["preallocated"] == 14.0
         assert shown["cpu_minutes"]["used"] == pytest.approx(status.cpu.used, abs=0.01)
     finally:
         cluster.cancel_all()

@@ -49,6 +49,10 @@ async def cluster_status(args: argparse.Namespace) -> int:
                         f"GPUs {totals['gpus_in_use']}/{totals['gpus']} in use",
                   columns=["partition", "available", "nodes", "node_states", "cpus", "gpus",
                            "running_jobs", "pending_jobs", "gpus_in_use"])
+    from ...enforcement.check import live_warnings
+
+    for line in await live_warnings(snap.site, ctx.config.slurm.enforcement):
+        ctx.out.warn(esc(line))
     return 0
 
 

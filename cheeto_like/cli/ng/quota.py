@@ -163,7 +163,7 @@ async def quota_show(args: argparse.Namespace) -> int:
     reserved = NO_RESERVATIONS
     if not args.no_squeue:
         try:
-            jobs = await Squeue(binary=args.squeue).running(site.cluster_name)
+            jobs = await Squeue(binary=args.squeue).reserving(site.cluster_name)
             reserved = reservations(jobs, await factor_table(site.name), now)
         except ExternalError as exc:
             reserved = Reserved({}, {}, known=False, note=exc.message)
@@ -177,7 +177,8 @@ async def quota_show(args: argparse.Namespace) -> int:
                            "cpu quota", "cpu %", "gpu used", "gpu prealloc", "gpu quota",
                            "gpu %"])
     if not reserved.known and not ctx.out.machine:
-        ctx.out.warn(f"preallocated is 0: running jobs unknown ({esc(reserved.note)})")
+        ctx.out.warn("preallocated is 0: queued and running jobs unknown "
+                     f"({esc(reserved.note)})")
     return 0
 
 
@@ -207,7 +208,8 @@ def _(parser: a.Parser) -> None:
     a.site(parser)
     subject(parser)
     parser.add_argument("--squeue", default="squeue", metavar="PATH",
-                        help="the squeue program for running jobs (default: squeue on PATH)")
+                        help="the squeue program for queued and running jobs (default: squeue "
+                             "on PATH)")
     parser.add_argument("--no-squeue", action="store_true",
                         help="do not ask squeue (preallocated shows 0)")
     a.output_format(parser)

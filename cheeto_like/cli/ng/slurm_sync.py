@@ -109,6 +109,11 @@ async def slurm_sync(args: argparse.Namespace) -> int:
                          f"(run {esc(report.run_id)})")
     for item in report.pending:
         ctx.out.warn(f"pending (retried next run): {esc(item.command)}: {esc(item.detail)}")
+    if dump is None:
+        from ...enforcement.check import live_warnings
+
+        for line in await live_warnings(args.site, ctx.config.slurm.enforcement):
+            ctx.out.warn(esc(line))
     if report.failed or report.skipped:
         ctx.out.error(f"{len(report.failed)} sacctmgr command(s) failed"
                       + (f"; {len(report.skipped)} skipped" if report.skipped else ""))
