@@ -29,6 +29,7 @@ class RequestKindConfig(Block):
 
 def _default_request_kinds() -> dict[str, RequestKindConfig]:
     return {"account": RequestKindConfig(), "join": RequestKindConfig(),
+            "leave": RequestKindConfig(),
             "access": RequestKindConfig(operator=True),
             "quota": RequestKindConfig(operator=True),
             "storage": RequestKindConfig(sla="3d", operator=True)}
@@ -42,7 +43,7 @@ class RequestsConfig(Block):
     timezone: str = "UTC"
     workdays: list[str] = Field(default_factory=lambda: ["mon", "tue", "wed", "thu", "fri"])
     holidays: list[date] = Field(default_factory=list)
-    kinds: dict[Literal["account", "join", "access", "quota", "storage"],
+    kinds: dict[Literal["account", "join", "leave", "access", "quota", "storage"],
                 RequestKindConfig] = Field(default_factory=dict)
 
     @model_validator(mode="after")

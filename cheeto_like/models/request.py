@@ -1,5 +1,5 @@
-"""Requests people file for compute resources: an account at a site, joining a group, an
-access grant, a quota increase, a storage request.
+"""Requests people file for compute resources: an account at a site, joining or leaving a
+group, an access grant, a quota increase, a storage request.
 
 One document per request, numbered (``number``) so people can say "request 12". Its
 ``steps`` (the group's ``sponsor``, then an ``operator`` where the kind needs one) are
@@ -21,7 +21,7 @@ from pydantic import Field
 from .base import BaseDoc, Embedded, index, unique
 from .fields import NonBlankStr, PosixName, SiteName
 
-RequestKind = Literal["account", "join", "access", "quota", "storage"]
+RequestKind = Literal["account", "join", "leave", "access", "quota", "storage"]
 REQUEST_KINDS: tuple[str, ...] = get_args(RequestKind)
 RequestStatus = Literal["pending", "done", "denied"]
 REQUEST_STATUSES: tuple[str, ...] = get_args(RequestStatus)
@@ -30,6 +30,7 @@ Step = Literal["sponsor", "operator"]
 KIND_HELP = {
     "account": "put an existing user on a site, as a member of a group there",
     "join": "join a group at a site",
+    "leave": "leave a group at a site (a sponsor removing a member)",
     "access": "an access grant at a site (e.g. sudo)",
     "quota": "a CPU/GPU-minute quota for a user or an account at a site",
     "storage": "a group storage at a site (a new one, or a bigger quota)",

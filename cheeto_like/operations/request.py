@@ -34,7 +34,8 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 
 from ..config import Config
 from ..errors import Conflict, InvalidInput, NotAllowed
-from ..models import Request, SyncRun
+from ..models import GroupMembership, Request, SyncRun
+from ..models.base import select_one
 from ..models.fields import FreeText, PosixName, Quota, Shorthand, SiteName, utcnow
 from ..models.quota import MAX_MINUTES
 from ..models.request import KIND_HELP, Approval, Comment, RequestKind
@@ -101,7 +102,7 @@ class FileRequest(Operation):
             elif self.account is not None or self.cpu_minutes != "keep" \
                     or self.gpu_minutes != "keep":
                 raise ValueError(f"--account, --cpu and --gpu go with quota requests, not {k}")
-            if k in ("account", "join", "access") and self.user is None:
+            if k in ("account", "join", "leave", "access") and self.user is None:
                 raise ValueError(f"a {k} request needs --user")
             if k == "access" and not self.access:
                 raise ValueError("an access request needs --access (e.g. sudo)")
@@ -134,6 +135,9 @@ class FileRequest(Operation):
                                "sponsors")
         if a.user is not None:
             await get_user(a.user, session)
+        if a.kind == "leave" and await select_one(GroupMembership, session, user=a.user,
+                                                  group=group.name, site=a.site) is None:
+            raise InvalidInput(f"{a.user} is not a member of {group.name} at {a.site}")
         params: dict[str, Any] = {}
         if a.kind == "access":
             params["access"] = await require_access(a.access, session)
@@ -306,7 +310,7 @@ def _refusal(author: str | None, request: Request, step: str, verb: str) -> str:
 
 async def _carry_out(parent: Operation, request: Request, session: AsyncClientSession) -> None:
     """Run the kind's operations inside ``parent``'s transaction; record them."""
-    from .group_membership import AddGroupMember
+    from .group_membership import AddGroupMember, RemoveGroupMember
     from .quota import SetQuota
     from .storage import CreateGroupStorage, EditStorage
     from .user import AddUserAccess
@@ -327,6 +331,8 @@ async def _carry_out(parent: Operation, request: Request, session: AsyncClientSe
         else:
             actions.append({"op": "add_site_user", "skipped": "already on the site"})
         await run(AddGroupMember, group=r.group, user=r.user, site=r.site)
+    elif r.kind == "leave":
+        await run(RemoveGroupMember, group=r.group, user=r.user, site=r.site)
     elif r.kind == "access":
         await run(AddUserAccess, name=r.user, access=list(p["access"]), site=r.site)
     elif r.kind == "quota":
@@ -353,6 +359,8 @@ def summary(request: Request) -> str:
         return f"an account for {request.user} at {request.site} in {request.group}"
     if request.kind == "join":
         return f"{request.user} joins {request.group} at {request.site}"
+    if request.kind == "leave":
+        return f"{request.user} leaves {request.group} at {request.site}"
     if request.kind == "access":
         return f"{', '.join(p.get('access', []))} access for {request.user} at {request.site}"
     if request.kind == "quota":

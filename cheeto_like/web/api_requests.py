@@ -35,12 +35,12 @@ Offset = Annotated[int, Query(ge=0, le=10_000_000, description="items to skip")]
 READ_ERRORS = responses(400, 401, 403, 404, 422, 503)
 WRITE_ERRORS = responses(400, 401, 403, 404, 409, 422, 503)
 Minutes = float | None
-QueueKind = Literal["account", "join", "access", "quota", "storage", "group"]
+QueueKind = Literal["account", "join", "leave", "access", "quota", "storage", "group"]
 
 
 class RequestIn(BaseModel):
     """A new request. ``user`` defaults to the signed-in person for the kinds that are
-    for a person (account, join, access). Quotas are minutes (``null``: unlimited);
+    for a person (account, join, leave, access). Quotas are minutes (``null``: unlimited);
     ``quota`` is a storage size (``2T``)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -147,7 +147,7 @@ def add_request_routes(router: APIRouter) -> None:
         from ..operations.request import file_request, file_request_once, request_detail
 
         user = body.user
-        if user is None and (body.kind in ("account", "join", "access")
+        if user is None and (body.kind in ("account", "join", "leave", "access")
                              or (body.kind == "quota" and body.account is None)):
             user = who.name
         sponsoring = body.account if body.kind == "quota" and body.account else body.group

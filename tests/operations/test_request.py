@@ -324,3 +324,28 @@ async def test_the_queue_costs_the_same_number_of_queries_however_long(lab, mong
     await grow(10)
     large = await command_count(lab, mongo_config, queue)
     assert small == large == 2
+
+
+async def test_a_leave_request_removes_the_member_when_the_sponsor_files_it(lab):
+    """A sponsor filing a ``leave`` has vouched: with no operator step (the default) the
+    member is removed at once; with one, it waits for an operator."""
+    await file_request(lab, "bob", CONFIG, kind="join", site="farm", group="lab",
+                       user="alice", reason="new student")
+    assert await member_roles("alice") == ["member"]
+    done = await file_request(lab, "bob", CONFIG, kind="leave", site="farm", group="lab",
+                              user="alice", reason="graduated")
+    assert done.status == "done" and await member_roles("alice") is None
+    assert done.actions == [{"op": "remove_group_member",
+                             "args": {"group": "lab", "user": "alice", "site": "farm"}}]
+    with pytest.raises(InvalidInput, match="alice is not a member of lab at farm"):
+        await file_request(lab, "bob", CONFIG, kind="leave", site="farm", group="lab",
+                           user="alice", reason="again")
+    strict = Config(requests=RequestsConfig(kinds={"leave": {"operator": True}}))
+    await file_request(lab, "bob", CONFIG, kind="join", site="farm", group="lab",
+                       user="dave", reason="x")
+    waiting = await file_request(lab, "bob", strict, kind="leave", site="farm", group="lab",
+                                 user="dave", reason="left")
+    assert waiting.status == "pending" and waiting.next_step == "operator"
+    assert await member_roles("dave") == ["member"]
+    await approve_request(lab, "carol", strict, waiting.number)
+    assert await member_roles("dave") is None
