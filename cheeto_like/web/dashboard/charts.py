@@ -79,9 +79,27 @@ def days_between(start: datetime, end: datetime, cap: int = 400) -> list[str]:
     return [(first_day + timedelta(days=i)).isoformat() for i in range(max(0, count))]
 
 
+def week_of(day: str) -> str:
+    """The Monday (YYYY-MM-DD) of the ISO week ``day`` falls in."""
+    when = date.fromisoformat(day)
+    return (when - timedelta(days=when.weekday())).isoformat()
+
+
+def per_week(days: list[str], values: dict[str, float]) -> tuple[list[str], dict[str, float]]:
+    """``values`` per day summed into weeks (each labelled by its Monday) over ``days``."""
+    weeks = list(dict.fromkeys(week_of(d) for d in days))
+    summed: dict[str, float] = {}
+    for day, value in values.items():
+        if day in days:
+            summed[week_of(day)] = summed.get(week_of(day), 0.0) + value
+    return weeks, summed
+
+
 def usage_chart(days: list[str], values: dict[str, float], *, unit: str = "h",
-                width: int = 640, height: int = 180) -> Chart:
-    """Columns for ``values`` (per day, already in ``unit``) over ``days``."""
+                width: int = 400, height: int = 180, step_name: str = "") -> Chart:
+    """Columns for ``values`` (per day or week, already in ``unit``) over ``days``. The
+    box is narrow (400) so that, scaled down to a phone's width, its labels stay
+    readable; ``step_name`` ("week of ") prefixes each column's title."""
     left, top, bottom = 48, 10, 24
     plot_w, plot_h = width - left - 4, height - top - bottom
     peak = max([values.get(d, 0.0) for d in days] + [0.0])
@@ -96,6 +114,6 @@ def usage_chart(days: list[str], values: dict[str, float], *, unit: str = "h",
         h = max(1.0, value * scale)
         columns.append(Column(round(left + i * step, 2), round(top + plot_h - h, 2),
                               round(max(0.5, step - gap), 2), round(h, 2),
-                              f"{day}: {value:,.2f} {unit}"))
+                              f"{step_name}{day}: {value:,.2f} {unit}"))
     return Chart(width, height, left, top, bottom, columns, f"{peak:,.1f} {unit}",
                  days[0] if days else "", days[-1] if days else "", not columns)

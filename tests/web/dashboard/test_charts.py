@@ -46,3 +46,16 @@ def test_usage_chart() -> None:
     assert tall.y + tall.height == short.y + short.height == 110  # one baseline
     assert tall.x < short.x and tall.title == "2026-12-02: 10.00 h"
     assert usage_chart(days, {}).empty
+
+
+def test_per_week_sums_days_into_their_monday() -> None:
+    from cheeto_like.web.dashboard.charts import per_week, week_of
+
+    assert week_of("2026-12-06") == "2026-11-30" and week_of("2026-12-07") == "2026-12-07"
+    days = days_between(datetime(2026, 12, 1, tzinfo=UTC), datetime(2026, 12, 15, tzinfo=UTC))
+    weeks, values = per_week(days, {"2026-12-01": 1.0, "2026-12-06": 2.0, "2026-12-08": 4.0,
+                                    "2027-01-01": 9.0})  # outside the days: left out
+    assert weeks == ["2026-11-30", "2026-12-07", "2026-12-14"]
+    assert values == {"2026-11-30": 3.0, "2026-12-07": 4.0}
+    chart = usage_chart(weeks, values, step_name="week of ")
+    assert chart.columns[0].title == "week of 2026-11-30: 3.00 h"
