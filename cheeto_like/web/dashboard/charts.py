@@ -96,10 +96,11 @@ def per_week(days: list[str], values: dict[str, float]) -> tuple[list[str], dict
 
 
 def usage_chart(days: list[str], values: dict[str, float], *, unit: str = "h",
-                width: int = 400, height: int = 180, step_name: str = "") -> Chart:
+                width: int = 480, height: int = 180, step_name: str = "") -> Chart:
     """Columns for ``values`` (per day or week, already in ``unit``) over ``days``. The
-    box is narrow (400) so that, scaled down to a phone's width, its labels stay
-    readable; ``step_name`` ("week of ") prefixes each column's title."""
+    box is narrow (480; the page shows it at most 640 px wide) so that, scaled down to a
+    phone's width, its labels stay readable; ``step_name`` ("week of ") prefixes each
+    column's title."""
     left, top, bottom = 48, 10, 24
     plot_w, plot_h = width - left - 4, height - top - bottom
     peak = max([values.get(d, 0.0) for d in days] + [0.0])
