@@ -27,12 +27,20 @@ STATIC_DIR = Path(__file__).parent / "static"
 def install_dashboard(app: FastAPI, config: Config) -> None:
     """Mount the pages and their stylesheet (after ``install_v1``: it uses the app's
     ``Auth``)."""
-    from . import pages_accounts, pages_admin, pages_auth, pages_me, pages_operator
+    from . import (
+        pages_accounts,
+        pages_admin,
+        pages_auth,
+        pages_me,
+        pages_operator,
+        pages_requests,
+    )
     from .guard import install_handlers
 
     prefix = (config.api or ApiConfig()).prefix
     router = APIRouter(prefix=prefix, include_in_schema=False)
-    for module in (pages_auth, pages_me, pages_accounts, pages_operator, pages_admin):
+    for module in (pages_auth, pages_me, pages_requests, pages_accounts, pages_operator,
+                   pages_admin):
         module.add_routes(router)
     app.include_router(router)
     # (method, path) of every page and form, for the authorisation matrix tests

@@ -55,7 +55,7 @@ def may_administer(who: Principal) -> bool:
 
 
 def navigation(who: Principal) -> list[tuple[str, str]]:
-    items = [("me", "Me")] if rules.can(who, rules.ME) else []
+    items = [("me", "Me"), ("requests", "Requests")] if rules.can(who, rules.ME) else []
     if may_see_accounts(who):
         items.append(("accounts", "Accounts"))
     if may_operate(who):

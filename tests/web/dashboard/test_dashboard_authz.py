@@ -43,6 +43,14 @@ ROWS: list[tuple[str, str, dict[str, int]]] = [
     ("POST", "/login", dict.fromkeys(ACTORS, 403)),  # no login CSRF cookie
     ("POST", "/logout", page(303, 303, 303, 303)),
     ("GET", "/me", EVERYONE),
+    ("GET", "/requests", EVERYONE),
+    ("GET", "/requests/new", EVERYONE),
+    ("POST", "/requests/new", page(422, 422, 422, 422)),
+    ("GET", "/requests/{number}", EVERYONE),  # request 1: alice's, for mona's lab
+    ("POST", "/requests/{number}/comment", page(422, 422, 422, 422)),
+    ("GET", "/members", page(403, 200, 400, 400)),  # operators name the group
+    ("POST", "/members/add", page(403, 422, 422, 422)),
+    ("POST", "/members/remove", page(403, 422, 422, 422)),
     ("GET", "/accounts", MANAGERS),
     ("POST", "/accounts/requests/approve", page(403, 422, 422, 422)),
     ("POST", "/accounts/requests/deny", page(403, 422, 422, 422)),
@@ -101,7 +109,8 @@ async def test_matrix(row, app, dash_world) -> None:  # type: ignore[no-untyped-
             data = None
             if method == "POST":
                 data = {"csrf": csrf_for(token)} if token else {"username": "x"}
-            r = await http.request(method, path, headers=headers, data=data)
+            r = await http.request(method, path.format(number=1), headers=headers,
+                                   data=data)
             assert r.status_code == expect[actor], (actor, r.status_code, r.text[:300])
             if r.status_code == 403 and method == "GET":
                 assert "text/html" in r.headers["content-type"]

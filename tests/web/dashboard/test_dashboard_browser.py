@@ -16,12 +16,14 @@ from cheeto_like.models.sync import SyncItem
 from tests.factories import insert_audit_run, insert_sync_run
 from tests.web.dashboard.conftest import LDAP_PASSWORDS, ROLE_LOGINS, Browser
 
-PAGES = {"me": "/me", "accounts": "/accounts", "operator": "/operator",
+PAGES = {"me": "/me", "requests": "/requests", "accounts": "/accounts", "operator": "/operator",
          "runs": "/operator/runs", "admin": "/admin"}
-ALLOWED = {"user": {"me"}, "manager": {"me", "accounts"}, "sponsor": {"me", "accounts"},
-           "operator": {"me", "accounts", "operator", "runs"},
-           "admin": {"me", "accounts", "operator", "runs", "admin"}}
+ALLOWED = {"user": {"me", "requests"}, "manager": {"me", "requests", "accounts"},
+           "sponsor": {"me", "requests", "accounts"},
+           "operator": {"me", "requests", "accounts", "operator", "runs"},
+           "admin": {"me", "requests", "accounts", "operator", "runs", "admin"}}
 MAIN = {"me": ["#sites", "#usage", "#chart svg.chart", "#why-summary"],
+        "requests": ["#ask", "#mine"],
         "accounts": ["#pending"], "operator": ["#form-quota", "#accounts-by-use"],
         "runs": ["#runs", "#drift", "#audit"], "admin": ["#roles", "#keys"]}
 
