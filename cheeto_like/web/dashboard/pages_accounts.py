@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from ...auth import rules
+from ...models import Request as RequestDoc
 from ...models import User
 from ...models.fields import utcnow
 from .charts import quota_bar
@@ -69,13 +70,22 @@ async def account_views(site: str, accounts: list[str]) -> list[dict[str, Any]]:
     return views
 
 
-async def pending_for(request: Request, accounts: list[str]) -> list[Any]:
+async def pending_for(request: Request, accounts: list[str],
+                      me: str = "") -> list[Any]:
+    """The pending requests of these groups, each with what it asks and why (the
+    request's own words, its comments): ``{"row": QueueRow, "view": …}``."""
     from ...queries.request import request_queue
+    from .pages_requests import view
 
     config = request.app.state.auth.config
     wanted = set(accounts)
     rows = await request_queue(config.requests, status="pending", include_hippo=False)
-    return [r for r in rows if r.group is not None and r.group in wanted]
+    rows = [r for r in rows if r.group is not None and r.group in wanted]
+    numbers = [int(r.id) for r in rows]
+    docs = {d.number: d for d in await RequestDoc.find(
+        {"number": {"$in": numbers}}).to_list()} if numbers else {}
+    return [{"row": r, "view": view(docs[int(r.id)], me)} for r in rows
+            if int(r.id) in docs]
 
 
 async def show_accounts(request: Request, session: Session, site: str | None,
@@ -97,7 +107,7 @@ async def show_accounts(request: Request, session: Session, site: str | None,
         if not rules.can(who, rules.GROUP_READ, rules.Target(account=name)):
             raise Refused(f"you may not see account {name!r}")
     views = await account_views(chosen, accounts) if chosen else []
-    pending = await pending_for(request, accounts) if accounts else []
+    pending = await pending_for(request, accounts, who.name) if accounts else []
     return render(request, "accounts.html", session, status=status, page="accounts",
                   sites=sites, site=chosen, views=views, pending=pending,
                   account=account or "", can_pick=rules.can(who, rules.GROUP_LIST),
