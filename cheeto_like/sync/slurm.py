@@ -93,9 +93,7 @@ async def apply_plan(planned: Plan, runner: CommandRunner, *, max_deletions: int
     longer this run's, the command and every one after it are ``skipped``, unrun."""
     check_guard(planned, max_deletions)
     steps = [(batch, command) for batch in planned.batches for command in batch.commands]
-    items = [SyncItem(batch=batch.label, command=str(command), targets=list(command.targets),
-                      removals=planned.command_removals(batch, command))
-             for batch, command in steps]
+    items = plan_items(planned)
     if journal is not None:
         await journal.write(items)
     settled: list[int] = []  # indexes whose outcome changed since the last journal write
@@ -132,6 +130,14 @@ async def apply_plan(planned: Plan, runner: CommandRunner, *, max_deletions: int
         # the last outcome, should the final save not come (records; runs nothing)
         await journal.steps(settled, fence=False)
     return items
+
+
+def plan_items(planned: Plan) -> list[SyncItem]:
+    """One ``planned`` item per command, in batch order: what an apply runs, and what a
+    dry run stores as its run's items (the drift the runs page shows)."""
+    return [SyncItem(batch=batch.label, command=str(command), targets=list(command.targets),
+                     removals=planned.command_removals(batch, command))
+            for batch in planned.batches for command in batch.commands]
 
 
 def write_commands(planned: Plan, path: Path, binary: str = "sacctmgr") -> None:
@@ -236,7 +242,8 @@ async def _run(store: Store, site: str, cluster: str, *, reader: StateReader,
         if report is not None:
             # cancelled mid-apply, ``report.items`` is unset: the journal's list has the
             # outcomes so far (its steps are dropped below)
-            items = report.items or journal.items
+            # a dry run stores its plan: the commands an apply would run, ``planned``
+            items = report.items or journal.items or ([] if apply else plan_items(report.plan))
             run.counts = {**report.plan.counts, "processes": report.plan.processes,
                           "deletions": len(report.plan.deletions),
                           "removals": len(report.plan.removals),

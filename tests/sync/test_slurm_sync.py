@@ -114,6 +114,21 @@ async def test_empty_cluster_converges_in_one_apply_then_plans_nothing(lab: Lab)
     assert runs[0].counts["processes"] == report.plan.processes
 
 
+async def test_a_dry_run_stores_its_plan_as_planned_items(lab: Lab):
+    """The runs page's commands and drift read a run's items: a dry run keeps the
+    commands an apply would run (before, it stored none: "0 command(s)")."""
+    from cheeto_like.queries.sync_runs import run_items
+
+    dry = await lab.sync(apply=False)
+    assert lab.user_rows() == set()  # nothing ran
+    items = await run_items(dry.run_id)
+    commands = [str(c) for b in dry.plan.batches for c in b.commands]
+    assert [i.command for i in items] == commands and commands
+    assert {i.outcome for i in items} == {"planned"}
+    run = await SyncRun.get(dry.run_id)
+    assert run.apply is False and run.counts["processes"] == len(commands)
+
+
 async def test_qos_limits_and_account_rows_match_the_store(lab: Lab):
     await lab.sync()
     qos = lab.slurm.sacctmgr("-i", "-P", "-n", "show", "qos", "where", f"name={lab.qos}",
