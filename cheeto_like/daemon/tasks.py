@@ -330,7 +330,13 @@ async def _cluster_monitor(store: Store, config: Config, block: ClusterMonitorTa
                            author: str) -> dict[str, Any]:
     from ..adapters.sinfo import Sinfo
     from ..adapters.squeue import Squeue
-    from ..sync.cluster_monitor import attach_quota, judge, read_snapshot, record_run
+    from ..sync.cluster_monitor import (
+        attach_quota,
+        judge,
+        publish_jobs,
+        read_snapshot,
+        record_run,
+    )
 
     started = utcnow()
     snap = await read_snapshot(site, sinfo=Sinfo(binary=block.sinfo,
@@ -340,7 +346,9 @@ async def _cluster_monitor(store: Store, config: Config, block: ClusterMonitorTa
                     down_over=timedelta(hours=block.down_over_hours))
     await attach_quota(stalled, snap.read_at)
     run_id = await record_run(store, stalled, author=author, started_at=started)
+    snapshot = await publish_jobs(store, snap)  # the "Me" page's jobs
     return {"run_id": run_id, "cluster": snap.cluster, "jobs": len(snap.jobs),
+            "snapshot": snapshot,
             "stalled_jobs": [j.job_id for j in stalled.jobs],
             "down_nodes": [n.node for n in stalled.nodes]}
 

@@ -9,6 +9,7 @@ from .auth import ApiKey, RevokedToken, RoleGrant
 from .group import Group, GroupMembership
 from .hippo import HippoEvent
 from .history import History
+from .job_snapshot import JobSnapshot, SnapshotJob
 from .names import NameClaim
 from .quota import Quota, QuotaAdjustment, QuotaDefaults, QuotaNotice
 from .request import Request
@@ -32,6 +33,7 @@ ALL_MODELS: tuple[type[Document], ...] = (
     History, HippoEvent, SyncRun, SyncRunItem, SyncStep, SyncLease, NameClaim,
     UsageRecord, UsageCursor, GpuFactor, Quota, QuotaDefaults, QuotaAdjustment, QuotaNotice,
     RoleGrant, ApiKey, RevokedToken, Request, AuditRun, AuditFinding,
+    JobSnapshot, SnapshotJob,
 )
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "GroupMembership",
     "HippoEvent",
     "History",
+    "JobSnapshot",
     "NameClaim",
     "Quota",
     "QuotaAdjustment",
@@ -59,6 +62,7 @@ __all__ = [
     "SlurmAssociation",
     "SlurmPartition",
     "SlurmQOS",
+    "SnapshotJob",
     "SshKey",
     "StaticMount",
     "Storage",

@@ -336,3 +336,17 @@ async def list_map_storages(site: str, map_name: str,
                             session: Session = None) -> list[ResolvedStorage]:
     found = await select(Storage, session, site=site, automount_map=map_name)
     return await resolve_storages(sorted(found, key=lambda s: s.name), session)
+
+
+async def person_storages(site: str, user: str, groups: Iterable[str],
+                          session: Session = None) -> list[ResolvedStorage]:
+    """A person's storage at ``site``: their home and the group (or share) storages of
+    their ``groups``, resolved with volumes and mounts. One find, then the batched
+    resolve; homes first, then by name."""
+    where = {"site": site, "$or": [{"category": "home", "owner": user},
+                                   {"category": {"$in": ["group", "share"]},
+                                    "group": {"$in": sorted(set(groups))}}]}
+    found = await Storage.find(where, session=session).to_list()
+    order = {"home": 0, "group": 1, "share": 2}
+    found.sort(key=lambda s: (order.get(s.category, 3), s.name))
+    return await resolve_storages(found, session)

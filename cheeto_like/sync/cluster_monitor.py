@@ -320,3 +320,122 @@ async def record_run(store: Store, stalled: Stalled, *, author: str | None,
     async with store.exclusive():
         await run.insert()
     return run.id
+
+
+# -- the per-site job snapshot (the "Me" page's jobs) ---------------------------------------
+
+PUBLISH_BATCH = 1000  # rows per insert: 10k+ queued jobs go in bounded round trips
+
+
+def _gres_text(gpus: tuple[tuple[str | None, int], ...]) -> list[str]:
+    return [f"gpu:{kind}:{n}" if kind else f"gpu:{n}" for kind, n in gpus]
+
+
+async def publish_jobs(store: Store, snap: Snapshot) -> str:
+    """Store ``snap``'s jobs as the site's current job snapshot: the rows first (in
+    batches), then the header pointing at them, then the site's older rows dropped.
+    Readers follow the header, so they never see half a snapshot. Returns its id."""
+    from ..models.fields import new_id
+    from ..models.job_snapshot import JobSnapshot, SnapshotJob
+
+    snapshot = new_id()
+    rows = SnapshotJob.get_pymongo_collection()
+    batch: list[dict[str, Any]] = []
+    for job in snap.jobs:
+        batch.append({"_id": f"{snap.site}:{snapshot}:{job.job_id}", "site": snap.site,
+                      "snapshot": snapshot, "job_id": job.job_id, "slurm_user": job.user,
+                      "slurm_account": job.account, "partition": job.partition,
+                      "state": job.state, "submitted": job.submitted, "cpus": job.cpus,
+                      "gpus": job.gpu_count, "nodes": job.nodes,
+                      "node_list": job.node_list, "qos": job.qos, "reason": job.reason,
+                      "gres": _gres_text(job.gpus)})
+        if len(batch) >= PUBLISH_BATCH:
+            async with store.exclusive():
+                await rows.insert_many(batch, ordered=False)
+            batch = []
+    async with store.exclusive():
+        if batch:
+            await rows.insert_many(batch, ordered=False)
+        await JobSnapshot.get_pymongo_collection().replace_one(
+            {"_id": snap.site},
+            {"snapshot": snapshot, "cluster": snap.cluster, "read_at": snap.read_at,
+             "jobs": len(snap.jobs)}, upsert=True)
+        await rows.delete_many({"site": snap.site, "snapshot": {"$ne": snapshot}})
+    return snapshot
+
+
+# What a pending reason means, said to the job's owner: (words, what to do). ``{id}`` is
+# the job id, ``{site}`` the site. Reasons not listed here are shown as Slurm says them.
+_PLAIN: dict[str, tuple[str, str]] = {
+    "Priority": ("other jobs are ahead of it in the queue",
+                 "Nothing to do: it starts when its turn comes."),
+    "Resources": ("it waits for enough free CPUs, GPUs or memory",
+                  "Nothing to do: it starts when the nodes free up (a smaller request "
+                  "may start sooner)."),
+    "Dependency": ("it waits for a job it depends on to finish",
+                   "Nothing to do: it starts when that job ends."),
+    "DependencyNeverSatisfied": ("a job it depends on failed, so it can never start",
+                                 "Cancel it (`scancel {id}`) and submit it again."),
+    "JobHeldUser": ("you held it", "Release it when you want it to run: `scontrol release "
+                    "{id}`."),
+    "JobHeldAdmin": ("an operator held it", "Ask the operators why, or cancel it "
+                     "(`scancel {id}`)."),
+    "BeginTime": ("it was submitted to start later (--begin)",
+                  "Nothing to do: it starts after its begin time."),
+    "ReqNodeNotAvail": ("nodes it needs are down, drained or reserved",
+                        "Wait for the nodes to come back, or submit it without naming "
+                        "those nodes."),
+    "PartitionDown": ("its partition is down", "Wait for the operators to bring it back."),
+    "PartitionTimeLimit": ("its time limit is longer than the partition allows",
+                           "Cancel it and submit with a shorter --time."),
+    "PartitionNodeLimit": ("it asks for more nodes than the partition allows",
+                           "Cancel it and submit asking for fewer nodes."),
+    "InvalidAccount": ("you may not use its account there",
+                       "Cancel it and submit with one of your accounts (-A), or ask your "
+                       "sponsor for access."),
+    "InvalidQOS": ("you may not use its QOS there",
+                   "Cancel it and submit with a QOS you may use (--qos)."),
+    "QOSMaxJobsPerUserLimit": ("you already run as many jobs as the QOS lets one person",
+                               "Nothing to do: it starts when one of your jobs ends."),
+    "QOSMaxSubmitJobPerUserLimit": ("you have as many jobs queued as the QOS allows",
+                                    "Wait for some to end before submitting more."),
+    "AssocMaxJobsLimit": ("you already run as many jobs as your account lets you",
+                          "Nothing to do: it starts when one of your jobs ends."),
+    "AssocGrpCPUMinutesLimit": ("you are out of CPU quota at this site",
+                                "See your quota above; ask your sponsor for more (a quota "
+                                "request), or wait for the next period."),
+    "AssocGrpGRESMinutes": ("you are out of GPU quota at this site",
+                            "See your quota above; ask your sponsor for more (a quota "
+                            "request), or wait for the next period."),
+    "AssocGrpCPURunMinutesLimit": ("your running jobs already hold as many CPU minutes as "
+                                   "your account allows",
+                                   "Nothing to do: it starts as your other jobs end."),
+    "AssocGrpCpuLimit": ("your account's jobs already use as many CPUs as it may",
+                         "Nothing to do: it starts as your group's other jobs end."),
+    "AssocGrpGRES": ("your account's jobs already use as many GPUs as it may",
+                     "Nothing to do: it starts as your group's other jobs end."),
+}
+
+
+def plain_reason(job_id: str, state: str, reason: str, site: str = "") -> tuple[str, str]:
+    """A job's state and pending reason in plain words, with what its owner can do."""
+    if state != "PENDING":
+        return ({"RUNNING": "running", "COMPLETING": "finishing",
+                 "SUSPENDED": "suspended"}.get(state, state.lower()), "")
+    word = reason.split(",", 1)[0].strip()
+    if word in _PLAIN:
+        words, todo = _PLAIN[word]
+    elif word.startswith("AssocGrpGRESMinutes") or word.startswith("AssocGrpBillingMinutes"):
+        words, todo = _PLAIN["AssocGrpGRESMinutes"] if "GRES" in word else \
+            _PLAIN["AssocGrpCPUMinutesLimit"]
+    elif reason.startswith(_NODES_DOWN_TEXT):
+        words, todo = _PLAIN["ReqNodeNotAvail"]
+    elif _LIMIT.match(word):
+        words, todo = (f"a limit holds it ({word})",
+                       "It starts when your other jobs end; if it waits long, ask your "
+                       "sponsor or the operators about the limit.")
+    elif not word:
+        return "waiting", "Nothing to do yet: Slurm has not given a reason."
+    else:
+        return f"waiting ({reason})", ""
+    return words, todo.format(id=job_id, site=site)

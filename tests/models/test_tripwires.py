@@ -19,7 +19,15 @@ from beanie import BackLink, Link, PydanticObjectId
 from bson import DBRef, ObjectId
 from pydantic import BaseModel
 
-from cheeto_like.models import ALL_MODELS, AuditFinding, SyncLease, SyncRunItem, SyncStep
+from cheeto_like.models import (
+    ALL_MODELS,
+    AuditFinding,
+    JobSnapshot,
+    SnapshotJob,
+    SyncLease,
+    SyncRunItem,
+    SyncStep,
+)
 from cheeto_like.models.base import BaseDoc
 from cheeto_like.models.references import GROUP_REFERENCES, USER_REFERENCES
 
@@ -27,8 +35,8 @@ USER_REF_NAMES = {"user", "owner", "coordinators", "target_user", "author"}
 GROUP_REF_NAMES = {"group", "account", "sticky", "default_account", "target_groups"}
 FORBIDDEN = (Link, BackLink, PydanticObjectId, ObjectId, DBRef)
 # ``_id`` given by the caller: ``<target>:<site>``, ``<run id>:<item index>``,
-# ``<audit run id>:<f|r>:<index>``
-NATURAL_KEY_IDS = {SyncLease, SyncStep, SyncRunItem, AuditFinding}
+# ``<audit run id>:<f|r>:<index>``, the site, ``<site>:<snapshot>:<job id>``
+NATURAL_KEY_IDS = {SyncLease, SyncStep, SyncRunItem, AuditFinding, JobSnapshot, SnapshotJob}
 
 
 def leaf_types(annotation: Any) -> list[Any]:

@@ -19,8 +19,10 @@ from ...models import User
 from ...models.fields import utcnow
 from .charts import quota_bar
 from .guard import page
+from .member_usage import member_usage, members_of, month_so_far
 from .render import base_path, may_see_accounts, render
 from .session import Refused, Session, check_csrf, first, read_form, require_session
+from .usage_range import csv_response, read_range
 
 
 async def site_names() -> list[str]:
@@ -108,7 +110,15 @@ async def show_accounts(request: Request, session: Session, site: str | None,
             raise Refused(f"you may not see account {name!r}")
     views = await account_views(chosen, accounts) if chosen else []
     pending = await pending_for(request, accounts, who.name) if accounts else []
+    lo, hi = month_so_far(utcnow())
+    rng = read_range(request.query_params.get("from"), request.query_params.get("to"), None,
+                     default_start=lo, default_end=hi)
+    readable = [a for a in accounts
+                if rules.can(who, rules.USAGE_READ, rules.Target(account=a))]
+    usage = await member_usage(chosen, readable, members_of(views), rng) if chosen else {}
+    status = 422 if rng.errors and status == 200 else status
     return render(request, "accounts.html", session, status=status, page="accounts",
+                  usage_range=rng, member_usage=usage, range_errors=rng.errors,
                   sites=sites, site=chosen, views=views, pending=pending,
                   account=account or "", can_pick=rules.can(who, rules.GROUP_LIST),
                   notice=notice, failure=failure, errors=errors or {})
@@ -167,7 +177,40 @@ async def decide(request: Request, action: str) -> Response:
                             headers={"Cache-Control": "no-store"})
 
 
+async def usage_csv(request: Request, site: str | None, account: str | None) -> Response:
+    """Hours per member of one account over the range, as CSV (``USAGE_READ`` on it)."""
+    session = await require_session(request)
+    who = session.who
+    if not may_see_accounts(who):
+        raise Refused("Members' usage is for sponsors, managers and operators.")
+    if not account or len(account) > 64:
+        raise Refused("Name the account (account=…).", 422)
+    if not rules.can(who, rules.USAGE_READ, rules.Target(account=account)):
+        raise Refused(f"You may not see the usage of account {account!r}.")
+    chosen = choose(await site_names(), site)
+    if chosen is None:
+        raise Refused("There is no site yet.", 404)
+    lo, hi = month_so_far(utcnow())
+    rng = read_range(request.query_params.get("from"), request.query_params.get("to"), None,
+                     default_start=lo, default_end=hi)
+    if rng.errors:
+        raise Refused("; ".join(f"{k}: {v}" for k, v in rng.errors.items()), 422)
+    views = await account_views(chosen, [account])
+    rows = (await member_usage(chosen, [account], members_of(views), rng))[account]
+    return csv_response(
+        ["user", "member", "jobs", "cpu_hours", "gpu_hours"],
+        ([r["name"], "yes" if r["member"] else "no", r["jobs"], r["cpu_h"], r["gpu_h"]]
+         for r in rows),
+        f"usage-{account}-{chosen}-{rng.first}-{rng.last}.csv")
+
+
 def add_routes(router: APIRouter) -> None:
+    @router.get("/accounts/usage.csv")
+    @page
+    async def accounts_csv(request: Request, site: str | None = None,
+                           account: str | None = None) -> Response:
+        return await usage_csv(request, site, account)
+
     @router.get("/accounts")
     @page
     async def accounts_page(request: Request, site: str | None = None,

@@ -43,6 +43,7 @@ ROWS: list[tuple[str, str, dict[str, int]]] = [
     ("POST", "/login", dict.fromkeys(ACTORS, 403)),  # no login CSRF cookie
     ("POST", "/logout", page(303, 303, 303, 303)),
     ("GET", "/me", EVERYONE),
+    ("GET", "/me/usage.csv", EVERYONE),
     ("GET", "/requests", EVERYONE),
     ("GET", "/requests/new", EVERYONE),
     ("POST", "/requests/new", page(422, 422, 422, 422)),
@@ -52,6 +53,7 @@ ROWS: list[tuple[str, str, dict[str, int]]] = [
     ("POST", "/members/add", page(403, 422, 422, 422)),
     ("POST", "/members/remove", page(403, 422, 422, 422)),
     ("GET", "/accounts", MANAGERS),
+    ("GET", "/accounts/usage.csv", page(403, 422, 422, 422)),  # no account named
     ("POST", "/accounts/requests/approve", page(403, 422, 422, 422)),
     ("POST", "/accounts/requests/deny", page(403, 422, 422, 422)),
     ("GET", "/operator", OPERATORS),
