@@ -237,9 +237,15 @@ async def file_from_form(request: Request, who: Principal,
         args |= ({"user": who.name, "group": group} if subject == "me"
                  else {"account": group})
     elif kind == "access":
+        from ...queries.access_status import access_groups
+
         chosen = [v.strip() for v in fields.get("access", []) if v.strip()]
+        known = await access_groups()
         if not chosen:
             read.errors["access"] = "pick the access you need"
+        elif unknown := [c for c in chosen if c not in known]:
+            read.errors["access"] = (f"there is no {', '.join(unknown)} access here; pick "
+                                     "from the list")
         args |= {"user": who.name, "group": group, "access": chosen}
     elif kind == "storage":
         size = read.text("quota", max_length=32)
