@@ -80,12 +80,23 @@ def subject_target(user: str | None, account: str | None) -> rules.Target:
 
 
 async def subject_allowed(who: Principal, action: str, user: str | None,
-                          account: str | None) -> None:
+                          account: str | None, site: str | None = None) -> None:
     subject_target(user, account)  # both: bad input, before anything is read
     if user is not None:
-        authorize(who, action, await user_target(user))
+        authorize(who, action, await user_target(user), site)
     else:
-        authorize(who, action, subject_target(user, account))
+        authorize(who, action, subject_target(user, account), site)
+
+
+def default_subject(who: Principal, action: str, user: str | None,
+                    account: str | None) -> str | None:
+    """Without ``user`` and ``account`` a person who may not read the whole site is
+    answered about themselves (the pages' twin: ``/usage/farm`` is "my usage"); those who
+    may (operators, read keys) keep the site-wide answer."""
+    if (user is None and account is None and who.kind == "user"
+            and not rules.can(who, action)):
+        return who.name
+    return user
 
 
 class Login(BaseModel):
@@ -324,12 +335,14 @@ def build_router(prefix: str) -> APIRouter:
                     account: OptName = None,
                     period: Literal["monthly", "quarterly", "yearly", "none"] = "monthly",
                     start: datetime | None = None, end: datetime | None = None,
-                    by: Literal["user", "account", "partition"] | None = None,
+                    by: Literal["user", "account", "partition", "gpu-type",
+                                "day"] | None = None,
                     ) -> dict[str, Any]:
         from ..queries.site import get_site
         from ..queries.usage import usage_report
 
-        await subject_allowed(who, rules.USAGE_READ, user, account)
+        user = default_subject(who, rules.USAGE_READ, user, account)
+        await subject_allowed(who, rules.USAGE_READ, user, account, site)
         found = await get_site(site)
         if (start is None) != (end is None):
             raise InvalidInput("start and end go together")
@@ -342,8 +355,6 @@ def build_router(prefix: str) -> APIRouter:
             lo, hi = start, end
         else:
             lo, hi = period_window(period, utcnow())
-        if (user is not None or account is not None) and by is not None:
-            raise InvalidInput("by goes with a site-wide report only")
         report = await usage_report(found.name, lo, hi, by=by, user=user, account=account)
         return {"site": found.name, "start": lo, "end": hi, "by": by, "user": user,
                 "account": account, "rows": report.table(),
@@ -357,7 +368,8 @@ def build_router(prefix: str) -> APIRouter:
         from ..queries.quota import check_subject, quota_status
         from ..queries.site import get_site
 
-        await subject_allowed(who, rules.QUOTA_READ, user, account)
+        user = default_subject(who, rules.QUOTA_READ, user, account)
+        await subject_allowed(who, rules.QUOTA_READ, user, account, site)
         found = await get_site(site)
         await check_subject(found.name, user=user, account=account)  # a typo: 404
         rows = await quota_status(found.name, utcnow(), user=user, account=account)
@@ -418,7 +430,8 @@ def build_router(prefix: str) -> APIRouter:
         from ..models.base import count
         from ..queries.site import get_site
 
-        await subject_allowed(who, rules.QUOTA_READ, user, account)
+        user = default_subject(who, rules.QUOTA_READ, user, account)
+        await subject_allowed(who, rules.QUOTA_READ, user, account, site)
         found = await get_site(site)
         where: dict[str, Any] = {"site": found.name}
         if user is not None or account is not None:

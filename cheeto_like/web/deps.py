@@ -35,6 +35,7 @@ from ..auth.apikeys import UsageRecorder, find_key, looks_like_key
 from ..auth.principal import Principal, load_person, machine
 from ..auth.ratelimit import LoginLimiter, Policy
 from ..auth.tokens import BadToken, TokenIssuer
+from ..auth.wording import refusal_line
 from ..config import ApiConfig, Config
 from ..models import RevokedToken
 from .client_address import networks
@@ -145,10 +146,12 @@ async def principal(
 CurrentPrincipal = Annotated[Principal, Depends(principal)]
 
 
-def authorize(who: Principal, action: str, target: rules.Target = rules.NOTHING) -> None:
-    """``rules.can`` or a 403 naming the action (never the reason's data)."""
+def authorize(who: Principal, action: str, target: rules.Target = rules.NOTHING,
+              site: str | None = None) -> None:
+    """``rules.can`` or a 403 in plain words (``auth.wording``: who may, what to do),
+    ending with the rule (``bob may not usage:read``); never the reason's data."""
     if not rules.can(who, action, target):
-        raise HTTPException(403, f"{who.name} may not {action}")
+        raise HTTPException(403, refusal_line(who.name, action, target, site))
 
 
 def _raw(value: str) -> bytes:

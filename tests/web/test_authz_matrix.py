@@ -104,9 +104,12 @@ ROWS: list[Row] = [
     Row("GET", "/api/v1/sites/farm", PERSONS_OK, template="/api/v1/sites/{site}"),
     Row("GET", "/api/v1/usage/farm?user=alice", PERSONS_OK, template="/api/v1/usage/{site}"),
     Row("GET", "/api/v1/usage/farm?account=lab", PERSONS_OK, template="/api/v1/usage/{site}"),
-    Row("GET", "/api/v1/usage/farm", OPERATORS, template="/api/v1/usage/{site}"),
+    # no subject: a person who may not read the site is answered about themselves
+    Row("GET", "/api/v1/usage/farm", PERSONS_OK, template="/api/v1/usage/{site}"),
+    Row("GET", "/api/v1/usage/farm?user=bob", OPERATORS, template="/api/v1/usage/{site}"),
     Row("GET", "/api/v1/quotas/farm?user=alice", PERSONS_OK, template="/api/v1/quotas/{site}"),
     Row("GET", "/api/v1/quotas/farm?user=bob", OPERATORS, template="/api/v1/quotas/{site}"),
+    Row("GET", "/api/v1/quotas/farm", PERSONS_OK, template="/api/v1/quotas/{site}"),
     Row("PUT", "/api/v1/quotas/farm/users/alice", OPERATORS, body={"cpu_minutes": 900},
         template="/api/v1/quotas/{site}/users/{name}"),
     Row("PUT", "/api/v1/quotas/farm/accounts/lab", OPERATORS, body={"gpu_minutes": 60},

@@ -169,7 +169,7 @@ QUERY_CASES: list[str] = [
     "/api/v1/usage/farm?start=2027-01-01&end=2026-01-01",
     "/api/v1/usage/farm?period=weekly",
     "/api/v1/usage/farm?by=color",
-    "/api/v1/usage/farm?user=alice&by=user",
+    "/api/v1/usage/farm?user=alice&by=week",
     "/api/v1/usage/farm?start=2027-01-01T00:00:00&end=2026-01-01T00:00:00%2B00:00",
     "/api/v1/usage/nowhere",
     *[f"/api/v1/quotas/farm?account={quote(n)}" for n in HOSTILE_NAMES],

@@ -13,6 +13,7 @@ from .session import first
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 PERIOD_CHOICES = ("keep", "none", "monthly", "quarterly", "yearly")
+BARE_NUMBER = re.compile(r"\s*[+-]?\d+(\.\d+)?\s*$")
 
 
 class FormErrors(Exception):
@@ -51,11 +52,14 @@ class Reader:
         return value
 
     def amount(self, name: str, *, signed: bool = False) -> Any:
+        """Minutes from ``10h``, ``90m``, ``unlimited`` or a bare number of hours."""
         from ...models.quota import parse_amount
 
         value = first(self.fields, name)
         if not value:
             return 0.0 if signed else "keep"
+        if BARE_NUMBER.match(value):
+            value = value.strip() + "h"  # the pages speak hours: a bare number is hours
         try:
             return parse_amount(value, signed=signed)
         except ValueError as exc:

@@ -15,6 +15,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from ...auth import rules
+from ...auth.wording import refusal
 from ...errors import CheetoError
 from .render import base_path, render
 from .session import NeedSignIn, Refused, optional_session
@@ -23,6 +25,13 @@ log = logging.getLogger("cheeto_like.dashboard")
 HEADINGS = {400: "Bad request", 401: "Sign in", 403: "Not allowed", 404: "Not found",
             405: "Not here", 409: "Conflict", 413: "Too large", 415: "Unsupported form",
             422: "Invalid input", 429: "Too many attempts", 503: "Unavailable"}
+
+
+def refuse(action: str, target: rules.Target = rules.NOTHING,
+           site: str | None = None) -> Refused:
+    """The refusal page's exception for a rule ``rules.can`` said no to, in plain words
+    (``auth.wording``): ``raise refuse(rules.USAGE_READ, target, site)``."""
+    return Refused(refusal(action, target, site), 403)
 
 
 def page[**P](fn: Callable[P, Awaitable[Response]]) -> Callable[P, Awaitable[Response]]:
