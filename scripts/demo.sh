@@ -3,8 +3,10 @@
 # `cheeto daemon up` starts the embedded store, a broker (a private RabbitMQ node when
 # rabbitmq-server is installed, else kombu's filesystem transport), the hub worker, the
 # site worker for farm, beat, the REST API and Flower, then prints their URLs and the
-# generated credentials, and the web dashboard's URL with two demo logins (bob, a user
-# with a quota and some usage; alice, an operator). Ctrl-C stops everything. State lives
+# generated credentials, and the web dashboard's URL with three demo logins (bob, a user
+# with a quota, weeks of usage, pending requests and a partition to submit to; alice, an
+# operator and the sponsor who decides bob's requests; dana, an admin). Ctrl-C stops
+# everything. State lives
 # under .demo/ and each run starts from scratch. Extra arguments go to `cheeto daemon up`
 # (e.g. --broker filesystem).
 #

@@ -235,10 +235,9 @@ def _banner(out: Output, plan: StackPlan, demo_site: str) -> None:
         "          (or with the config you gave `daemon up`, while the stack runs)",
     ]
     if plan.seed_demo:
-        from ..daemon.demo_dashboard import DEMO_LOGINS, DEMO_OPERATOR, DEMO_USER
+        from ..daemon.demo_dashboard import demo_logins_line
 
-        lines.insert(4, f"          demo logins: {DEMO_USER} / {DEMO_LOGINS[DEMO_USER]} (a user), "
-                        f"{DEMO_OPERATOR} / {DEMO_LOGINS[DEMO_OPERATOR]} (operator, sponsor)")
+        lines.insert(4, f"          demo logins: {demo_logins_line()}")
     for line in lines:
         out.info(esc(line))
 

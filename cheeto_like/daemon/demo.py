@@ -6,6 +6,8 @@ itself if so, so a second run writes nothing (not even History rows). The site h
 fqdn and an alias, a sticky group, an admin with a root SSH key (so the API's root-keys
 route has something to serve), a sponsor group with a member and a Slurm user, an
 inactive user, a system user, and ZFS home directories (so the storage route does too).
+``demo_dashboard`` then adds what the web dashboard shows (logins, a partition bob can
+submit to, quotas, pending requests, weeks of past jobs).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ _PEOPLE: tuple[dict[str, Any], ...] = (
     {"name": "bob", "email": "bob@example.org", "fullname": "Bob Builder", "uid": 2002,
      "access": ["login-ssh", "slurm"]},
     {"name": "carol", "email": "carol@example.org", "fullname": "Carol Danvers", "uid": 2003,
+     "access": ["login-ssh"]},
+    {"name": "dana", "email": "dana@example.org", "fullname": "Dana Scully", "uid": 2004,
      "access": ["login-ssh"]},
 )
 
@@ -94,7 +98,7 @@ def demo_steps(site: str = DEMO_SITE) -> list[Step]:
                           CreateUser, dict(person)))
     steps.append(Step("system user hpc-svc", _exists(User, name="hpc-svc"), CreateSystemUser,
                       {"name": "hpc-svc"}))
-    for name in ("alice", "bob", "carol", "hpc-svc"):
+    for name in ("alice", "bob", "carol", "dana", "hpc-svc"):
         steps.append(Step(f"{name} on {site}", _exists(UserSiteInfo, user=name, site=site),
                           AddSiteUser, {"user": name, "site": site}))
     steps += [

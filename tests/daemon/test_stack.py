@@ -143,7 +143,8 @@ async def test_demo_seed_is_idempotent(empty_db):
     site = await Site.find_one({"name": "farm"})
     assert site.aliases == ["caesfarm"] and site.fqdn == "farm.hpc.example.org"
     assert {u.name for u in await User.find_all().to_list()} >= {"alice", "bob", "carol",
-                                                                 "hpc-svc"}
+                                                                 "dana", "hpc-svc"}
+    assert "partition main" in ran and "dana admin" in ran
     assert await Storage.find({"site": "farm"}).count() == 2
     assert DEMO_KEY.split()[1] in root_keys_text(await root_key_blocks("farm"))
     history = await History.find_all().count()

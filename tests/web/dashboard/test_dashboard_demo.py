@@ -1,6 +1,8 @@
 """The demo's promise: after ``seed_demo`` (what ``scripts/demo.sh`` runs), the printed
 logins sign in through the dashboard's form with the store's yescrypt hashes (the demo
-has no directory), bob sees non-empty usage bars and alice the operator pages."""
+has no directory), bob sees non-empty usage bars and can submit, alice the operator
+pages and bob's pending requests with their amounts and reasons, dana the admin page;
+the ledger holds weeks of jobs, all in the past."""
 
 from __future__ import annotations
 
@@ -14,7 +16,13 @@ import pytest
 from cheeto_like.config import ApiConfig, Config, MongoConfig
 from cheeto_like.daemon.api import create_api
 from cheeto_like.daemon.demo import seed_demo
-from cheeto_like.daemon.demo_dashboard import DEMO_LOGINS, DEMO_OPERATOR, DEMO_USER
+from cheeto_like.daemon.demo_dashboard import (
+    DEMO_ADMIN,
+    DEMO_LOGINS,
+    DEMO_OPERATOR,
+    DEMO_USER,
+    demo_logins_line,
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +63,46 @@ async def test_demo_user_sees_usage_bars(demo_app) -> None:  # type: ignore[no-u
         assert widths and widths[0] > 0
         assert 'class="col"' in me.text  # the chart has columns
         assert (await http.get("/operator")).status_code == 403
+
+
+async def test_demo_user_can_submit(demo_app) -> None:  # type: ignore[no-untyped-def]
+    from cheeto_like.sync.slurm_why import explain
+
+    why = await explain("farm", DEMO_USER, runner=None, scontrol=None)
+    assert why["wanted"]["can_submit"], why["summary"]
+    assert [a["partition"] for a in why["wanted"]["associations"]] == ["main"]
+    async with signed_in(demo_app, DEMO_USER) as http:
+        me = (await http.get("/me")).text
+        assert "no Slurm association" not in me and "no group with a Slurm" not in me
+
+
+async def test_demo_jobs_span_weeks_and_are_in_the_past(demo_app) -> None:  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime, timedelta
+
+    from cheeto_like.models import UsageRecord
+
+    rows = await UsageRecord.find({"site": "farm"}).to_list()
+    now = datetime.now(UTC)
+    ends = [r.end.replace(tzinfo=UTC) if r.end.tzinfo is None else r.end for r in rows]
+    assert ends and max(ends) < now
+    assert now - min(ends) > timedelta(weeks=5)
+    assert len({e.isocalendar()[:2] for e in ends}) >= 6  # every week has jobs
+
+
+async def test_demo_requests_and_admin(demo_app) -> None:  # type: ignore[no-untyped-def]
+    from cheeto_like.models import Request
+
+    pending = await Request.find({"status": "pending", "requester": DEMO_USER}).to_list()
+    assert len(pending) == 2 and all(r.reason and r.params for r in pending)
+    async with signed_in(demo_app, DEMO_OPERATOR) as http:
+        page = (await http.get("/accounts")).text
+        assert "Thesis simulations" in page  # the sponsor sees why before deciding
+    async with signed_in(demo_app, DEMO_ADMIN) as http:
+        assert (await http.get("/admin")).status_code == 200
+    line = demo_logins_line()
+    for name in (DEMO_USER, DEMO_OPERATOR, DEMO_ADMIN):
+        assert f"{name} / {DEMO_LOGINS[name]}" in line
+    assert "(admin)" in line
 
 
 async def test_demo_operator_sees_the_operator_pages(demo_app) -> None:  # type: ignore[no-untyped-def]
