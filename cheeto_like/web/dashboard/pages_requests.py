@@ -38,12 +38,21 @@ from .forms import FormErrors, Reader
 from .guard import page
 from .render import base_path, may_see_accounts, render
 from .session import Refused, Session, check_csrf, first, read_form, require_session
+from .tables import Column, Table, TableState, read_params, read_tables
 
 WEB_KINDS = ("quota", "access", "join", "account", "storage")
 KIND_TITLES = {"quota": "More compute time (a CPU/GPU quota)",
                "access": "An access grant (e.g. sudo)",
                "join": "Join a group", "account": "An account at another site",
                "storage": "Group storage (new, or more space)"}
+MINE = Table("mine", (Column("number", "#", numeric=True), Column("asked", "You asked for"),
+                      Column("state", "State"), Column("turn", "Whose turn"),
+                      Column("last", "Last word",
+                             get=lambda r: r["denial"] or r["last_comment"])),
+             default_sort="number", default_dir="desc", per_page=25)
+MEMBERS = Table("members", (Column("name", "Member"), Column("role", "Role"),
+                            Column("", "Remove", sortable=False, search=False)),
+                default_sort="name", per_page=50)
 STATE_WORDS = {"pending": "waiting", "done": "done", "denied": "denied"}
 SUGGESTIONS_MAX = 2000  # names offered in a <datalist>; beyond that, typed
 FIELD_OF = {"cpu_minutes": "cpu", "gpu_minutes": "gpu", "quota": "quota", "reason": "reason",
@@ -267,13 +276,14 @@ async def file_from_form(request: Request, who: Principal,
 # -- the members page ----------------------------------------------------------------------
 
 
-async def members_context(site: str, account: str) -> dict[str, Any]:
+async def members_context(site: str, account: str, state: TableState) -> dict[str, Any]:
     from ...queries.group import get_group, group_members_at_site
 
     await get_group(account)
     roster = await group_members_at_site(account, site)
-    return {"members": roster.members, "sponsors": roster.sponsors,
-            "suggest": await site_users(site)}
+    rows = [{"name": m, "role": "sponsor" if m in roster.sponsors else "member"}
+            for m in roster.members]
+    return {"members": state.apply(rows), "suggest": await site_users(site)}
 
 
 def may_manage(who: Principal, account: str) -> bool:
@@ -327,7 +337,9 @@ async def change_member(request: Request, adding: bool) -> Response:
                               for k, v in exc.errors.items()},
                       values={"m_user": user, "m_reason": reason},
                       failure="Nothing was changed: see the marked field.",
-                      **await members_context(site, account))
+                      **await members_context(site, account, read_params(
+                          {}, [MEMBERS], keep={"account": account, "site": site},
+                          path=f"{base_path(request)}/members")["members"]))
     state = "done" if made.status == "done" else "waiting"
     return _redirect(request, f"/members?account={quote(account)}&site={quote(site)}"
                               f"&done={kind}-{state}&n={made.number}")
@@ -347,13 +359,14 @@ def add_routes(router: APIRouter) -> None:
                             n: int | None = None) -> Response:
         session = await require_session(request)
         who = user_session(session)
-        rows = [view(r, who.name) for r in await my_requests(who.name)]
+        states = read_tables(request, MINE)
+        mine = states["mine"].apply(view(r, who.name) for r in await my_requests(who.name))
         notice = ""
         if done == "filed" and n:
             notice = f"Request {n} filed: you can follow it here."
         elif done == "done" and n:
             notice = f"Request {n} filed and carried out at once."
-        return render(request, "requests.html", session, page="requests", rows=rows,
+        return render(request, "requests.html", session, page="requests", mine=mine,
                       notice=notice, kinds=WEB_KINDS, titles=KIND_TITLES)
 
     @router.get("/requests/new")
@@ -463,9 +476,10 @@ def add_routes(router: APIRouter) -> None:
         if chosen is None:
             raise Refused("there are no sites yet", 404)
         notice = MEMBER_NOTICES.get(done or "", "").format(n=n)
+        state = read_tables(request, MEMBERS, keep={"account": account, "site": chosen})
         return render(request, "members.html", session, page="accounts", account=account,
                       site=chosen, sites=sites, errors={}, values={}, notice=notice,
-                      **await members_context(chosen, account))
+                      **await members_context(chosen, account, state["members"]))
 
     @router.post("/members/add")
     @page

@@ -270,3 +270,18 @@ async def test_where_the_policy_wants_an_operator_a_change_is_a_request(strict_a
     assert r.status_code == 303
     edge = await GroupMembership.find_one({"user": "carl", "group": "lab", "site": "farm"})
     assert edge is not None and "member" in edge.roles
+
+
+async def test_your_requests_sort_search_and_page(app) -> None:  # type: ignore[no-untyped-def]
+    alice = await visit(app, "alice")
+    page = (await alice.get("/requests?q=storage")).text
+    assert "of storage for lab" in page and "a quota of" not in page
+    numbers = [int(n) for n in re.findall(r'id="mine-(\d+)"',
+                                          (await alice.get("/requests")).text)]
+    assert numbers == sorted(numbers, reverse=True) and len(numbers) > 3  # newest first
+    ascending = re.findall(r'id="mine-(\d+)"',
+                           (await alice.get("/requests?sort=number&dir=asc")).text)
+    assert [int(n) for n in ascending] == sorted(numbers)
+    assert (await alice.get("/requests?sort=nothing")).status_code == 400
+    members = (await (await visit(app, "mona")).get("/members?account=lab&q=ali")).text
+    assert 'id="member-alice"' in members
