@@ -357,9 +357,9 @@ async def publish_jobs(store: Store, snap: Snapshot) -> str:
         if batch:
             await rows.insert_many(batch, ordered=False)
         await JobSnapshot.get_pymongo_collection().replace_one(
-            {"_id": snap.site},
-            {"snapshot": snapshot, "cluster": snap.cluster, "read_at": snap.read_at,
-             "jobs": len(snap.jobs)}, upsert=True)
+            {"_id": snap.site},  # the _id repeated: the embedded store's upsert wants it
+            {"_id": snap.site, "snapshot": snapshot, "cluster": snap.cluster,
+             "read_at": snap.read_at, "jobs": len(snap.jobs)}, upsert=True)
         await rows.delete_many({"site": snap.site, "snapshot": {"$ne": snapshot}})
     return snapshot
 

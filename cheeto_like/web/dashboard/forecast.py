@@ -56,7 +56,9 @@ def words(result: Forecast | None, resource: str, period_end: datetime | None) -
     """One sentence in the second person ("At this rate your CPU quota runs out on …")."""
     if result is None:
         return f"Your {resource} use has no quota, so it cannot run out."
-    rate = f"{result.per_day / 60:,.1f} h a day over the last {result.window_days:g} days"
+    days = round(result.window_days, 1)
+    rate = f"{result.per_day / 60:,.1f} h a day over the last {days:g} day" + \
+        ("s" if days != 1 else "")
     end = f" (the period ends {period_end:%Y-%m-%d %H:%M} UTC)" if period_end else ""
     if result.state == "out":
         return f"Your {resource} quota is used up."

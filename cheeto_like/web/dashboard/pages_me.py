@@ -69,23 +69,29 @@ def ago(then: datetime | None, now: datetime) -> str:
     return f"{seconds // 86400} days ago"
 
 
+def code_parts(text: str) -> list[tuple[str, bool]]:
+    """``"Run `x` now"`` -> text and code pieces (the template puts code in <code>)."""
+    return [(part, i % 2 == 1) for i, part in enumerate(text.split("`")) if part]
+
+
 def requests_link(request: Request) -> str | None:
     """The request form's address, when the dashboard has one."""
     prefix = request.app.state.auth.api.prefix
-    for route in request.app.routes:
-        if getattr(route, "path", None) == f"{prefix}/requests/new":
-            return f"{base_path(request)}/requests/new"
+    routes = getattr(request.app.state, "dashboard_routes", set())
+    if ("GET", f"{prefix}/requests/new") in routes:
+        return f"{base_path(request)}/requests/new"
     return None
 
 
-def can_submit_words(why: dict[str, Any], site: str) -> tuple[bool, str, str]:
-    """(can submit, the answer, the next step), said to the person."""
+def can_submit_words(why: dict[str, Any], site: str) -> tuple[bool, str, str, str]:
+    """(can submit, the answer, the next step, the kind of request that would help),
+    said to the person."""
     wanted = why["wanted"]
     if why["can_submit"]:
         account = wanted.get("default_account")
         text = f"You can submit jobs at {site}" + (
             f" (your default account is {account})." if account else ".")
-        return True, text, ""
+        return True, text, "", ""
     blocked = why["eligibility"]["blocked_by"]
     if blocked:
         said = {"not on the site": f"you are not on {site}",
@@ -94,21 +100,22 @@ def can_submit_words(why: dict[str, Any], site: str) -> tuple[bool, str, str]:
         reasons = [said.get(r, r.replace("status is", "your status is")) for r in blocked]
         return (False, f"You cannot submit at {site}: " + "; ".join(reasons) + ".",
                 "Ask your sponsor or the operators to restore your access, or file an "
-                "access request.")
+                "access request.", "access")
     held = [a for a in (why.get("slurmctld", {}).get("associations") or [])
             if a.get("blocking_limits")]
     if held:
         return (False, f"You cannot submit at {site}: Slurm holds a limit of 0 on your "
                        "association (usually a used-up quota).",
-                "See your quota above; ask your sponsor for more, or file a quota request.")
+                "See your quota above; ask your sponsor for more, or file a quota request.",
+                "quota")
     if not wanted["associations"]:
         return (False, f"You cannot submit at {site} yet: none of your groups has a "
                        "partition there.",
-                "Ask your sponsor, or file an access request.")
+                "Ask your sponsor, or file an access request.", "access")
     return (False, f"You cannot submit at {site} yet: Slurm does not have your "
                    "associations yet.",
             "Nothing to do: the next Slurm sync adds them; ask the operators if it "
-            "takes more than an hour.")
+            "takes more than an hour.", "")
 
 
 async def site_jobs(sites: list[str], user: str, now: datetime) -> list[dict[str, Any]]:
@@ -126,7 +133,8 @@ async def site_jobs(sites: list[str], user: str, now: datetime) -> list[dict[str
             submitted = job.get("submitted")
             if submitted is not None and submitted.tzinfo is None:
                 submitted = submitted.replace(tzinfo=UTC)
-            jobs.append({**job, "plain": state, "todo": todo, "submitted": submitted})
+            jobs.append({**job, "plain": state, "todo": todo, "todo_parts": code_parts(todo),
+                         "submitted": submitted})
         read_at = found.read_at
         if read_at is not None and read_at.tzinfo is None:
             read_at = read_at.replace(tzinfo=UTC)
@@ -225,8 +233,9 @@ def add_routes(router: APIRouter) -> None:
             for account in accounts:
                 if rules.can(who, rules.QUOTA_READ, rules.Target(account=account)):
                     statuses += await quota_status(chosen, now, account=account)
-            ok, answer, step = can_submit_words(why, chosen)
+            ok, answer, step, kind = can_submit_words(why, chosen)
             context |= {"why": why, "can": ok, "answer": answer, "next_step": step,
+                        "request_kind": kind,
                         "quotas": status_rows(statuses),
                         "chart": await usage_in(chosen, user.name, context["range"]),
                         "forecasts": await forecasts(chosen, user.name, own, now),

@@ -61,3 +61,12 @@ def test_a_period_begun_an_hour_ago_counts_as_a_day() -> None:
                    now=NOW, period_end=END)
     assert got is not None and got.per_day == 60.0 and got.window_days == 1.0
     assert got.when == NOW + timedelta(days=9)
+
+
+def test_the_window_is_worded_in_tenths_of_a_day() -> None:
+    got = forecast(used=0, quota=6000, recent=600, window_start=NOW - timedelta(hours=116),
+                   now=NOW, period_end=END)
+    assert "over the last 4.8 days" in words(got, "CPU", END)
+    one = forecast(used=0, quota=6000, recent=60, window_start=NOW - timedelta(hours=2),
+                   now=NOW, period_end=END)
+    assert "over the last 1 day)" in words(one, "CPU", END)
