@@ -1,8 +1,12 @@
 """The operator's pages. ``/operator``: set quotas, a site's defaults and GPU factors, and
 adjust consumption (each form runs the same operation as ``cheeto ng quota …``, with the
-signed-in person as the History author), and the site's accounts sorted by percent
-used. ``/operator/runs``: recent sync runs with each command's outcome, the drift the
-latest runs left (planned, pending or failed commands) and the last audit's findings.
+signed-in person as the History author; the name inputs suggest the site's users and
+accounts), the users and accounts with a quota of their own and the site's accounts,
+fullest first. ``/operator/history``: History, newest first, filtered by author,
+operation, subject and days. ``/operator/runs``: sync runs with each command's outcome
+and their counts, the drift the latest runs left (planned, pending or failed commands)
+and the last audit's findings. Every table sorts, searches and pages on the server
+(``tables``): History and runs in the store, the rest in Python.
 
 Forms post, then redirect back with a fixed notice (post/redirect/get: a reload does not
 repeat an adjustment); a refusal re-renders the page with the error next to its field
@@ -11,6 +15,8 @@ repeat an adjustment); a refusal re-renders the page with the error next to its 
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -21,15 +27,64 @@ from starlette.responses import RedirectResponse, Response
 from ...errors import CheetoError
 from ...models.fields import utcnow
 from .charts import quota_bar
-from .forms import PERIOD_CHOICES, FormErrors, Reader, operation_errors
+from .forms import NAME, PERIOD_CHOICES, FormErrors, Reader, operation_errors
 from .guard import page
 from .pages_accounts import choose, site_names
 from .render import base_path, may_operate, render
 from .session import Session, check_csrf, first, read_form, require_session
+from .tables import Column, Table, TableState, read_tables
 
 NOTICES = {"quota": "Quota saved.", "defaults": "Default quotas saved.",
            "factor": "GPU factor saved.", "adjust": "Adjustment recorded."}
 RUNS_SHOWN = 20
+NAME_SUGGESTIONS = 2000  # names in a <datalist> at most (a bigger site: those in play)
+
+
+def _fullest(row: dict[str, Any]) -> float | None:
+    percents = [p for p in (row["cpu_pct"], row["gpu_pct"]) if p is not None]
+    return max(percents) if percents else None
+
+
+_QUOTA_COLUMNS = (Column("cpu_pct", "CPU", numeric=True, search=False),
+                  Column("gpu_pct", "GPU", numeric=True, search=False),
+                  Column("fullest", "Fullest", numeric=True, search=False),
+                  Column("state", "State"))
+OWN_QUOTAS = Table("quotas", (Column("kind", "For"), Column("name", "Name"),
+                              Column("period", "Period"), *_QUOTA_COLUMNS),
+                   default_sort="fullest", default_dir="desc")
+ACCOUNTS = Table("accounts", (Column("name", "Account"), Column("source", "Quota"),
+                              *_QUOTA_COLUMNS),
+                 default_sort="fullest", default_dir="desc")
+FACTORS = Table("factors", (Column("gpu_type", "Type"),
+                            Column("factor", "Factor", numeric=True, search=False),
+                            Column("effective_from", "From", search=False)),
+                default_sort="gpu_type", per_page=50, searchable=False)
+OPERATOR_TABLES = (OWN_QUOTAS, ACCOUNTS, FACTORS)
+HISTORY = Table("history", (
+    Column("timestamp", "When", search=False), Column("op", "Operation"),
+    Column("author", "By"),
+    Column("subject", "Subject", sortable=False,
+           search_fields=tuple(f"changes.{f}" for f in ("user", "group", "account",
+                                                         "name", "site"))),
+    Column("changes", "Changes", sortable=False, search=False)),
+    default_sort="timestamp", default_dir="desc", per_page=50, tiebreak="_id")
+RUNS = Table("runs", (Column("started_at", "Started", search=False),
+                      Column("target", "Target"), Column("site", "Site"),
+                      Column("apply", "Mode", search=False), Column("status", "Status"),
+                      Column("counts", "Counts", sortable=False, search=False),
+                      Column("author", "By")),
+             default_sort="started_at", default_dir="desc", per_page=RUNS_SHOWN,
+             tiebreak="_id")
+DRIFT = Table("drift", (Column("target", "Target"), Column("site", "Site"),
+                        Column("outcome", "Outcome"), Column("batch", "Batch"),
+                        Column("command", "Command"), Column("detail", "Detail")),
+              default_sort="target", per_page=50)
+FINDINGS = Table("findings", (Column("rank", "Severity", numeric=True, search=False),
+                              Column("kind", "Kind"), Column("site", "Site"),
+                              Column("object", "Object"), Column("detail", "Detail"),
+                              Column("fix", "Fix", sortable=False)),
+                 default_sort="rank", default_dir="desc", per_page=50)
+RUNS_TABLES = (RUNS, DRIFT, FINDINGS)
 
 
 async def operator_session(request: Request) -> Session:
@@ -41,22 +96,56 @@ async def operator_session(request: Request) -> Session:
     return session
 
 
-async def operator_context(site: str) -> dict[str, Any]:
+def quota_rows(statuses: list[Any]) -> list[dict[str, Any]]:
+    """Quota statuses as table rows: bars, percents, the fuller of the two, blocked."""
+    rows = []
+    for st in statuses:
+        row = {"kind": st.kind, "name": st.name, "source": st.source, "period": st.period,
+               "cpu": quota_bar(st.cpu.used, st.cpu.preallocated, st.cpu.quota),
+               "gpu": quota_bar(st.gpu.used, st.gpu.preallocated, st.gpu.quota),
+               "cpu_pct": st.cpu.percent, "gpu_pct": st.gpu.percent}
+        row["fullest"] = _fullest(row)
+        row["state"] = "blocked" if row["fullest"] is not None and row["fullest"] >= 100 \
+            else ""
+        rows.append(row)
+    return rows
+
+
+async def subject_names(site: str, accounts: list[str], statuses: list[Any]) -> list[str]:
+    """What the name inputs suggest: the site's users and accounts (a site with more
+    than ``NAME_SUGGESTIONS``: the accounts and the subjects with a quota or usage).
+    One projected read, no model per user."""
+    from ...models import UserSiteInfo
+    from ...models.base import count, rows
+
+    names = set(accounts) | {st.name for st in statuses}
+    if await count(UserSiteInfo, {"site": site}) <= NAME_SUGGESTIONS:
+        names |= {r["user"] for r in await rows(UserSiteInfo, {"site": site}, "user")}
+    return sorted(names)[:NAME_SUGGESTIONS]
+
+
+async def operator_context(site: str, states: dict[str, TableState]) -> dict[str, Any]:
+    """The site's quota statuses (one ``quota_status``: every subject with a quota or
+    usage, and every Slurm account), as the own-quota and the accounts tables."""
     from ...models import QuotaDefaults
-    from ...queries.quota import platform_summary
+    from ...queries.quota import quota_status
     from ...queries.slurm import list_accounts
     from ...queries.usage import list_factors
 
     accounts = [a.group for a in await list_accounts(site)]
-    summary = await platform_summary(site, utcnow(), accounts)
-    rows = [{"row": r,
-             "cpu": quota_bar(r.cpu_used_h * 60, 0,
-                              None if r.cpu_quota_h is None else r.cpu_quota_h * 60),
-             "gpu": quota_bar(r.gpu_used_h * 60, 0,
-                              None if r.gpu_quota_h is None else r.gpu_quota_h * 60)}
-            for r in summary]
+    statuses = await quota_status(site, utcnow(), also=[("account", a) for a in accounts])
+    rows = quota_rows(statuses)
+    own = [r for r in rows if r["source"] == "own"]
+    listed = set(accounts)
+    account_rows = [r for r in rows if r["kind"] == "account"
+                    and (r["name"] in listed or r["source"] != "none")]
+    factors = [{"gpu_type": f.gpu_type, "factor": f.factor,
+                "effective_from": f.effective_from} for f in await list_factors(site)]
     return {"defaults": await QuotaDefaults.find_one({"site": site}),
-            "factors": await list_factors(site), "summary": rows}
+            "quotas": states["quotas"].apply(own),
+            "summary": states["accounts"].apply(account_rows),
+            "factors": states["factors"].apply(factors),
+            "names": await subject_names(site, accounts, statuses)}
 
 
 async def show_operator(request: Request, session: Session, site: str | None, *,
@@ -65,8 +154,10 @@ async def show_operator(request: Request, session: Session, site: str | None, *,
                         notice: str = "") -> Response:
     sites = await site_names()
     chosen = choose(sites, site)
-    context = await operator_context(chosen) if chosen else {"defaults": None,
-                                                               "factors": [], "summary": []}
+    states = read_tables(request, *OPERATOR_TABLES, keep={"site": chosen},
+                         path=f"{base_path(request)}/operator")
+    context = await operator_context(chosen, states) if chosen else {
+        "defaults": None, "quotas": None, "summary": None, "factors": None, "names": []}
     failure = (errors or {}).get("form", "") or (
         "The form was not saved: see the marked fields." if errors else "")
     return render(request, "operator.html", session, status=status, page="operator",
@@ -146,26 +237,126 @@ async def _save(request: Request, form: str) -> Response:
                             status_code=303, headers={"Cache-Control": "no-store"})
 
 
-async def runs_context(site: str | None) -> dict[str, Any]:
+def run_counts(run: dict[str, Any], items: list[Any]) -> dict[str, Any]:
+    """What a run's line says: its stored counts (a reconciler's plan counts, zeros left
+    out) and its commands by outcome (from its items)."""
+    outcomes: dict[str, int] = {}
+    for item in items:
+        outcomes[item.outcome] = outcomes.get(item.outcome, 0) + 1
+    counts = {k: v for k, v in (run.get("counts") or {}).items() if v}
+    return {"counts": dict(sorted(counts.items())), "outcomes": dict(sorted(outcomes.items())),
+            "commands": len(items)}
+
+
+async def latest_runs(site: str | None) -> list[dict[str, Any]]:
+    """The newest finished run of each (target, site): one ``$group`` for the pairs, then
+    one indexed query per pair ((target, site, -started_at)): as many as targets x
+    sites, never as many as runs."""
+    from ...models import SyncRun
+
+    match: dict[str, Any] = {"status": {"$ne": "running"}}
+    if site:
+        match["site"] = site
+    collection = SyncRun.get_pymongo_collection()
+    # sites per target (the embedded store groups by one field, not by a document)
+    cursor = await collection.aggregate([
+        {"$match": match}, {"$group": {"_id": "$target", "sites": {"$addToSet": "$site"}}}])
+    pairs = sorted((g["_id"], s) for g in await cursor.to_list() for s in g["sites"])
+    latest = []
+    for target, where in pairs:
+        found = await collection.find(
+            {**match, "target": target, "site": where},
+            {"_id": 1, "target": 1, "site": 1, "status": 1, "apply": 1}).sort(
+            [("started_at", -1), ("_id", -1)]).limit(1).to_list()
+        latest += found
+    return latest
+
+
+async def runs_context(site: str | None, states: dict[str, TableState]) -> dict[str, Any]:
+    from types import SimpleNamespace
+
     from ...models import AuditRun, SyncRun
-    from ...queries.audit import run_findings
-    from ...queries.sync_runs import ShownRun, items_of_runs
+    from ...queries.audit import run_findings, severity_rank
+    from ...queries.sync_runs import items_of_runs
 
     where = {"site": site} if site else {}
-    found = await SyncRun.find(where).sort(-SyncRun.started_at).limit(RUNS_SHOWN).to_list()
-    items = await items_of_runs(found)  # their own documents: two queries for the page
-    runs = [ShownRun(run, items[run.id]) for run in found]
-    latest: dict[tuple[str, str], Any] = {}
-    for run in runs:
-        latest.setdefault((run.target, run.site), run)
-    drift = [{"target": t, "site": s, "run": r.id, "apply": r.apply, "item": i}
-             for (t, s), r in sorted(latest.items())
-             for i in r.items if i.outcome in ("planned", "pending", "failed")]
+    page = await states["runs"].query(SyncRun, where, "_id", "target", "site", "author",
+                                      "apply", "started_at", "finished_at", "status",
+                                      "counts", "error")
+    shown = [SimpleNamespace(id=str(r["_id"]), status=r["status"]) for r in page.rows]
+    items = await items_of_runs(shown)  # their own documents: a fixed number of queries
+    for row in page.rows:
+        row["cmds"] = items[str(row["_id"])]  # not "items": a dict's method in Jinja
+        row |= run_counts(row, row["cmds"])
+    latest = await latest_runs(site)
+    latest_items = await items_of_runs(
+        [SimpleNamespace(id=str(r["_id"]), status=r["status"]) for r in latest])
+    drift = [{"target": r["target"], "site": r["site"], "run": str(r["_id"]),
+              "apply": r.get("apply", False), "outcome": i.outcome, "batch": i.batch,
+              "command": i.command, "detail": i.detail}
+             for r in latest for i in latest_items[str(r["_id"])]
+             if i.outcome in ("planned", "pending", "failed")]
     audits = await AuditRun.find({}).sort(-AuditRun.started_ms).limit(1).to_list()
     audit = audits[0] if audits else None
-    findings = [f for f in ((await run_findings(audit))[0] if audit else [])
+    findings = [{**f, "rank": severity_rank(f["severity"])
+                 if f.get("severity") in ("info", "low", "medium", "high", "critical") else -1}
+                for f in ((await run_findings(audit))[0] if audit else [])
                 if site is None or f.get("site") in (None, site)]
-    return {"runs": runs, "drift": drift, "audit": audit, "findings": findings}
+    return {"runs": page, "drift": states["drift"].apply(drift), "audit": audit,
+            "findings": states["findings"].apply(findings)}
+
+
+async def show_history(request: Request, session: Session) -> Response:
+    """History with the filter form's values: a bad value is the field's error (422)
+    and the filter it names is left out."""
+    from ...models import History
+    from ...operations import operation_names
+    from ...queries.history import history_match, subject_of
+
+    params = request.query_params
+    values = {k: params.get(k, "").strip() for k in ("author", "op", "subject", "since",
+                                                     "until")}
+    errors: dict[str, str] = {}
+    known_ops = sorted(operation_names())
+    for name in ("author", "subject"):
+        if values[name] and not NAME.fullmatch(values[name]):
+            errors[name] = "not a valid name (letters, digits, . _ -)"
+    if values["op"] and not NAME.fullmatch(values["op"]):
+        errors["op"] = "not an operation name"
+    days: dict[str, datetime | None] = {"since": None, "until": None}
+    for name in days:
+        if values[name]:
+            try:
+                day = datetime.strptime(values[name], "%Y-%m-%d").replace(tzinfo=UTC)
+            except ValueError:
+                errors[name] = "a day as YYYY-MM-DD"
+                continue
+            days[name] = day if name == "since" else day + timedelta(days=1, microseconds=-1)
+    if days["since"] and days["until"] and days["since"] > days["until"]:
+        errors["until"] = "before the first day"
+        days["until"] = None
+    states = read_tables(request, HISTORY, keep=values)
+    match = history_match(**{k: (values[k] or None) if k not in errors else None
+                             for k in ("author", "op", "subject")},
+                          since=days["since"], until=days["until"])
+    page = await states["history"].query(History, match, "_id", "timestamp", "op",
+                                         "author", "changes")
+    for row in page.rows:
+        row["subject"] = subject_of(row.get("changes"))
+        row["summary"] = change_summary(row.get("changes"))
+    return render(request, "history.html", session, status=422 if errors else 200,
+                  page="history", history=page, values=values, errors=errors, ops=known_ops,
+                  failure="Not filtered: see the marked fields." if errors else "")
+
+
+def change_summary(changes: dict[str, Any] | None, limit: int = 240) -> str:
+    """``key=value`` pairs of a History row's changes, cut at ``limit`` characters."""
+    parts = []
+    for key, value in (changes or {}).items():
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        parts.append(f"{key}={text}")
+    out = ", ".join(parts)
+    return out if len(out) <= limit else out[:limit - 1] + "…"
 
 
 def add_routes(router: APIRouter) -> None:
@@ -203,5 +394,12 @@ def add_routes(router: APIRouter) -> None:
         session = await operator_session(request)
         sites = await site_names()
         chosen = choose(sites, site) if site else None
+        states = read_tables(request, *RUNS_TABLES, keep={"site": chosen})
         return render(request, "runs.html", session, page="runs", sites=sites,
-                      site=chosen, **await runs_context(chosen))
+                      site=chosen, **await runs_context(chosen, states))
+
+    @router.get("/operator/history")
+    @page
+    async def history(request: Request) -> Response:
+        session = await operator_session(request)
+        return await show_history(request, session)

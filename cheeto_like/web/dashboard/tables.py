@@ -14,8 +14,10 @@ How a page uses it (three steps):
 
    ``Column(key, label)``: ``key`` is what ``?sort=`` names and, for rows read here, the
    dict key or attribute holding the value (``get=`` a function of the row instead;
-   ``field=`` the stored field when the store sorts it). ``search=False`` leaves a
-   column out of ``?q=``; ``sortable=False`` makes a plain header.
+   ``field=`` the stored field when the store sorts it; ``search_fields=`` the stored
+   fields the store searches for it). ``search=False`` leaves a column out of ``?q=``;
+   ``sortable=False`` makes a plain header; ``numeric=True`` right-aligns it and sorts
+   it largest first when its header is first clicked.
 
 2. In the handler, read the query string (a bad one is ``Refused(…, 400)``: the guard's
    HTML page, never a 500), then page the rows::
@@ -74,6 +76,8 @@ class Column:
     numeric: bool = False  # a right-aligned number column
     field: str | None = None  # the stored field (query-side sort and search); else key
     get: Callable[[Any], Any] | None = None  # the value of a row here; else key
+    # the stored fields ``?q=`` searches for this column in the store (else ``stored``)
+    search_fields: tuple[str, ...] = ()
 
     @property
     def stored(self) -> str:
@@ -120,6 +124,7 @@ class TableState:
     page: int = 1
     keep: tuple[tuple[str, str], ...] = ()
     chosen: bool = False  # ``t`` named this table
+    path: str = ""  # the page's path: links and the search form go there
 
     @property
     def name(self) -> str:
@@ -147,7 +152,7 @@ class TableState:
             pairs.append(("q", now["q"]))
         if int(now["page"]) != 1:
             pairs.append(("page", str(now["page"])))
-        return "?" + urlencode(pairs) + f"#t-{self.name}"
+        return f"{self.path}?{urlencode(pairs)}#t-{self.name}"
 
     def sort_url(self, key: str) -> str:
         """The link of a header: the other direction when it is the sorted column,
@@ -191,7 +196,8 @@ class TableState:
         out = dict(match)
         if self.q:
             pattern = {"$regex": re.escape(self.q), "$options": "i"}
-            searched = [{c.stored: pattern} for c in self.table.columns if c.key and c.search]
+            searched = [{name: pattern} for c in self.table.columns if c.key and c.search
+                        for name in (c.search_fields or (c.stored,))]
             if searched:
                 out = {"$and": [out, {"$or": searched}]} if out else {"$or": searched}
         return out
@@ -298,19 +304,22 @@ def _sort_key(value: Any) -> Any:
     return (1, 0, _text(value).casefold())
 
 
-def read_tables(request: Request, *tables: Table,
-                keep: Mapping[str, str | None] | None = None) -> dict[str, TableState]:
+def read_tables(request: Request, *tables: Table, keep: Mapping[str, str | None] | None = None,
+                path: str | None = None) -> dict[str, TableState]:
     """The state of each of the page's ``tables`` from the query string (see the module
     doc); a parameter that names no table, no column of its table, a direction other
     than asc/desc, a page that is not a positive whole number, or a search longer than
-    ``MAX_QUERY`` characters or holding control characters is ``Refused(…, 400)``."""
+    ``MAX_QUERY`` characters or holding control characters is ``Refused(…, 400)``.
+    ``path``: where the links go (the page's GET path; default the request's, which a
+    form's POST answer must override)."""
     params = request.query_params
     return read_params({k: params.getlist(k) for k in PARAMS if k in params}, tables,
-                       keep=keep)
+                       keep=keep, path=request.url.path if path is None else path)
 
 
 def read_params(params: Mapping[str, Sequence[str]], tables: Sequence[Table], *,
-                keep: Mapping[str, str | None] | None = None) -> dict[str, TableState]:
+                keep: Mapping[str, str | None] | None = None,
+                path: str = "") -> dict[str, TableState]:
     """``read_tables`` of an already parsed query string (``{name: [values]}``)."""
     assert tables
     kept = tuple((k, str(v)) for k, v in (keep or {}).items() if v not in (None, ""))
@@ -327,7 +336,7 @@ def read_params(params: Mapping[str, Sequence[str]], tables: Sequence[Table], *,
     if asked not in names:
         raise Refused(f"this page has no table {asked!r} (tables: {', '.join(names)})", 400)
     chosen = names[asked]
-    states = {t.name: TableState(t, t.default_sort, t.default_dir, keep=kept)
+    states = {t.name: TableState(t, t.default_sort, t.default_dir, keep=kept, path=path)
               for t in tables}
     sort = one("sort") or chosen.default_sort
     column = chosen.column(sort)
@@ -347,5 +356,6 @@ def read_params(params: Mapping[str, Sequence[str]], tables: Sequence[Table], *,
     text = one("page") or "1"
     if not re.fullmatch(r"[0-9]{1,7}", text) or not 1 <= int(text) <= MAX_PAGE:
         raise Refused(f"page must be a whole number from 1, not {text[:20]!r}", 400)
-    states[asked] = TableState(chosen, sort, direction, q, int(text), kept, chosen=True)
+    states[asked] = TableState(chosen, sort, direction, q, int(text), kept, chosen=True,
+                               path=path)
     return states

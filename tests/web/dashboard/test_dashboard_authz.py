@@ -58,6 +58,7 @@ ROWS: list[tuple[str, str, dict[str, int]]] = [
     ("POST", "/accounts/requests/deny", page(403, 422, 422, 422)),
     ("GET", "/operator", OPERATORS),
     ("GET", "/operator/runs", OPERATORS),
+    ("GET", "/operator/history", OPERATORS),
     ("POST", "/operator/quota", OPERATOR_FORMS),
     ("POST", "/operator/defaults", OPERATOR_FORMS),
     ("POST", "/operator/gpu-factor", OPERATOR_FORMS),
