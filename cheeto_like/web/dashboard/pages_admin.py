@@ -1,11 +1,14 @@
 """The admin page: role grants (grant, revoke, assign accounts to a manager, which is a
 manager grant naming them) and API keys (create, rotate, revoke). A new or rotated key's
 secret is shown once, in the answer to that POST (never in a redirect URL, a log or a
-later page); everything else redirects back with a fixed notice.
+later page); everything else redirects back with a fixed notice. Both lists sort,
+search and page on the server (``tables``); the user and account inputs suggest known
+names (a ``<datalist>``; an unknown name is still the field's own error).
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter
@@ -17,10 +20,23 @@ from .forms import FormErrors, Reader, operation_errors
 from .guard import page
 from .render import base_path, may_administer, render
 from .session import Refused, Session, check_csrf, read_form, require_session
+from .tables import Column, Table, read_tables
 
 ROLES = ("manager", "operator", "admin")
 SCOPES = ("puppet:read", "api:read", "quota:write")
 NOTICES = {"grant": "Role granted.", "revoke": "Role revoked.", "key-revoke": "Key revoked."}
+NAME_SUGGESTIONS = 2000  # user names in the <datalist> at most (more: those with a role)
+ROLES_TABLE = Table("roles", (Column("user", "User"), Column("role", "Role"),
+                              Column("accounts", "Accounts", get=lambda r: ", ".join(
+                                  r["accounts"])),
+                              Column("via", "Via"), Column("", "")),
+                    default_sort="user")
+KEYS_TABLE = Table("keys", (Column("name", "Name"), Column("prefix", "Prefix"),
+                            Column("scopes", "Scopes", get=lambda r: ", ".join(r["scopes"])),
+                            Column("state", "State"),
+                            Column("last_used_epoch", "Last used", numeric=True, search=False),
+                            Column("", "")),
+                   default_sort="name")
 
 
 async def admin_session(request: Request) -> Session:
@@ -30,6 +46,20 @@ async def admin_session(request: Request) -> Session:
     return session
 
 
+async def suggestions(roles: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Names the grant form suggests: users (all of them up to ``NAME_SUGGESTIONS``, else
+    those holding a role) and the groups with a Slurm account. Projected reads only."""
+    from ...models import SlurmAccount, User
+    from ...models.base import count, rows
+
+    if await count(User, {}) <= NAME_SUGGESTIONS:
+        users = sorted({r["name"] for r in await rows(User, {}, "name")})
+    else:
+        users = sorted({r["user"] for r in roles})
+    accounts = sorted({r["group"] for r in await rows(SlurmAccount, {}, "group")})
+    return {"users": users, "accounts": accounts}
+
+
 async def show_admin(request: Request, session: Session, *, status: int = 200,
                      errors: dict[str, str] | None = None, values: dict[str, str] | None = None,
                      notice: str = "", secret: dict[str, Any] | None = None) -> Response:
@@ -37,10 +67,16 @@ async def show_admin(request: Request, session: Session, *, status: int = 200,
 
     failure = (errors or {}).get("form", "") or (
         "Not saved: see the marked fields." if errors else "")
+    states = read_tables(request, ROLES_TABLE, KEYS_TABLE, path=f"{base_path(request)}/admin")
+    roles = await list_roles()
     return render(request, "admin.html", session, status=status, page="admin",
-                  roles=await list_roles(), keys=await list_api_keys(), role_names=ROLES,
+                  roles=states["roles"].apply(roles),
+                  keys=states["keys"].apply([
+                      {**k, "last_used": None if not k["last_used_epoch"]
+                       else datetime.fromtimestamp(k["last_used_epoch"], UTC)}
+                      for k in await list_api_keys()]), role_names=ROLES,
                   scopes=SCOPES, errors=errors or {}, values=values or {}, notice=notice,
-                  failure=failure, secret=secret)
+                  failure=failure, secret=secret, names=await suggestions(roles))
 
 
 def _accounts(text: str, read: Reader, field: str) -> list[str]:
