@@ -6,7 +6,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from starlette.requests import Request
+
+from .tables import PARAMS, Column, Page, Table, read_params
 from .usage_range import Range
+
+COLUMNS = (Column("name", "User"), Column("jobs", "Jobs", numeric=True, search=False),
+           Column("cpu_h", "CPU hours", numeric=True, search=False),
+           Column("gpu_h", "GPU hours", numeric=True, search=False))
 
 
 def month_so_far(now: datetime) -> tuple[datetime, datetime]:
@@ -40,3 +47,20 @@ async def member_usage(site: str, accounts: list[str], members: dict[str, list[s
 
 def members_of(views: list[dict[str, Any]]) -> dict[str, list[str]]:
     return {v["name"]: [m["name"] for m in v["members"]] for v in views}
+
+
+def usage_pages(request: Request, usage: dict[str, list[dict[str, Any]]],
+                keep: dict[str, str | None]) -> dict[str, Page]:
+    """Each account's member table sorted, searched and paged on the server
+    (``tables.py``: ``?t=usage-<account>&sort=…``). The query string's table parameters
+    are read only when ``t`` names one of these tables (another table of the page
+    leaves them at their first page)."""
+    if not usage:
+        return {}
+    tables = {a: Table(f"usage-{a}", COLUMNS, default_sort="cpu_h", default_dir="desc",
+                       per_page=25, tiebreak="name") for a in usage}
+    params = request.query_params
+    mine = params.get("t", "") in {t.name for t in tables.values()}
+    asked = {k: params.getlist(k) for k in PARAMS if k in params} if mine else {}
+    states = read_params(asked, list(tables.values()), keep=keep, path=request.url.path)
+    return {a: states[t.name].apply(usage[a]) for a, t in tables.items()}

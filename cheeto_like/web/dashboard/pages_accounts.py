@@ -19,7 +19,7 @@ from ...models import User
 from ...models.fields import utcnow
 from .charts import quota_bar
 from .guard import page
-from .member_usage import member_usage, members_of, month_so_far
+from .member_usage import member_usage, members_of, month_so_far, usage_pages
 from .render import base_path, may_see_accounts, render
 from .session import Refused, Session, check_csrf, first, read_form, require_session
 from .usage_range import csv_response, read_range
@@ -118,7 +118,10 @@ async def show_accounts(request: Request, session: Session, site: str | None,
     usage = await member_usage(chosen, readable, members_of(views), rng) if chosen else {}
     status = 422 if rng.errors and status == 200 else status
     return render(request, "accounts.html", session, status=status, page="accounts",
-                  usage_range=rng, member_usage=usage, range_errors=rng.errors,
+                  usage_range=rng, range_errors=rng.errors,
+                  member_usage=usage_pages(request, usage, {
+                      "site": chosen, "account": account or None, "from": rng.first,
+                      "to": rng.last}),
                   sites=sites, site=chosen, views=views, pending=pending,
                   account=account or "", can_pick=rules.can(who, rules.GROUP_LIST),
                   notice=notice, failure=failure, errors=errors or {})

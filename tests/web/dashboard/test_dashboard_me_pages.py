@@ -258,6 +258,12 @@ async def test_sponsor_sees_usage_per_member_and_downloads_it(browser: Browser,
     await browser.submit("#usage-range-show")
     assert "2020-01-01 – 2020-01-31" in await browser.text("#account-proj")
     assert "0.00" in await browser.text("#mu-proj-bob")
+    # the member table sorts and searches on the server (tables.py), keeping the range
+    await browser.get("/accounts?site=farm&from=2020-01-01&to=2020-01-31&t=usage-proj&q=zzz")
+    assert not await browser.find_all("#mu-proj-bob")
+    assert "2020-01-01 – 2020-01-31" in await browser.text("#account-proj")
+    await browser.get("/accounts?site=farm&t=usage-proj&q=bo&sort=name&dir=asc")
+    assert await browser.visible("#mu-proj-bob")
     # not his account: refused, as a page
     r = await fetch(browser, href.replace("account=proj", "account=lab"))
     assert r.status_code == 403 and "text/html" in r.headers["content-type"]
