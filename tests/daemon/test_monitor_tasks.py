@@ -142,6 +142,12 @@ async def test_cluster_monitor_runs_through_rabbitmq_on_the_site_worker(
     assert outcome["stalled_jobs"] == [held]
     run = await SyncRun.get(outcome["run_id"])
     assert run.target == "cluster" and run.site == "farm"
+    # the queue as the "Me" page reads it (the hub never runs squeue)
+    from cheeto_like.queries.job_snapshot import jobs_of
+
+    mine = await jobs_of("farm", "tmon")
+    assert held in [j["job_id"] for j in mine.jobs] and len(mine.jobs) == 2
+    assert outcome["snapshot"]
 
 
 async def test_audit_and_request_escalation_run_through_rabbitmq_on_the_hub_worker(
