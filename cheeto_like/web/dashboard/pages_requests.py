@@ -53,6 +53,11 @@ MINE = Table("mine", (Column("number", "#", numeric=True), Column("asked", "You 
 MEMBERS = Table("members", (Column("name", "Member"), Column("role", "Role"),
                             Column("", "Remove", sortable=False, search=False)),
                 default_sort="name", per_page=50)
+ACTION_WORDS = {"set_quota": "the quota is set", "add_group_member": "added to the group",
+                "remove_group_member": "removed from the group",
+                "add_site_user": "put on the site", "add_user_access": "access granted",
+                "create_group_storage": "the storage is made",
+                "edit_storage": "the storage quota is changed"}
 STATE_WORDS = {"pending": "waiting", "done": "done", "denied": "denied"}
 SUGGESTIONS_MAX = 2000  # names offered in a <datalist>; beyond that, typed
 FIELD_OF = {"cpu_minutes": "cpu", "gpu_minutes": "gpu", "quota": "quota", "reason": "reason",
@@ -131,10 +136,11 @@ def view(r: RequestDoc, me: str) -> dict[str, Any]:
         events.append({"at": r.closed_epoch or 0, "by": r.denied_by or "",
                        "what": "denied it", "text": r.denial_reason or ""})
     elif r.status == "done":
+        done = [ACTION_WORDS.get(a["op"], a["op"].replace("_", " ")) for a in r.actions
+                if "skipped" not in a]
         events.append({"at": r.closed_epoch or 0, "by": "cheeto",
-                       "what": "carried it out", "text": "; ".join(
-                           a["op"].replace("_", " ") for a in r.actions
-                           if "skipped" not in a)})
+                       "what": "carried it out" + (f" ({'; '.join(done)})" if done else ""),
+                       "text": ""})
     events.sort(key=lambda e: e["at"])
     for e in events:
         e["when"] = stamp(e["at"])
@@ -143,7 +149,8 @@ def view(r: RequestDoc, me: str) -> dict[str, Any]:
     return {"number": r.number, "kind": r.kind, "status": r.status,
             "state": STATE_WORDS[r.status], "asked": asked(r, me), "reason": r.reason or "",
             "turn": turn(r), "next_step": r.next_step or "", "site": r.site,
-            "group": r.group, "user": r.user or "", "requester": r.requester,
+            "group": r.group, "user": r.user or "",
+            "requester": "you" if r.requester == me else r.requester,
             "filed": stamp(r.created_epoch), "closed": stamp(r.closed_epoch),
             "comments": len(r.comments),
             "last_comment": f"{last.by}: {last.text}" if last else "",
@@ -211,7 +218,11 @@ def read_hours(read: Reader, name: str) -> Any:
     if value.replace(".", "", 1).isdigit():
         value += "h"
     read.fields = {**read.fields, name: [value]}
-    return read.amount(name)
+    amount = read.amount(name)
+    if name in read.errors:
+        read.errors[name] = (f"{first(read.fields, name)!r} is not a number of hours: "
+                             "write e.g. 500 or 12.5, or unlimited")
+    return amount
 
 
 def as_field_errors(exc: CheetoError) -> FormErrors:

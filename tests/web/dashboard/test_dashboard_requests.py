@@ -8,6 +8,7 @@ and removes a member. Every page fits its window (no sideways scrolling)."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
@@ -43,6 +44,10 @@ async def fits(browser: Browser) -> None:
                                      "return [document.documentElement.scrollWidth,"
                                      " window.innerWidth]")
     assert int(wide) <= int(window), (await browser.path(), wide, window)
+
+
+def made_at(request: RequestDoc) -> str:
+    return datetime.fromtimestamp(request.created_epoch, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 async def newest() -> RequestDoc:
@@ -115,7 +120,9 @@ async def test_a_quota_request_from_filing_to_done(browser: Browser, cli) -> Non
     assert await browser.text("#request-state") == "done"
     history = await browser.text("#request-history")
     assert "you filed it" in history and "mona approved the sponsor step" in history
-    assert "olga approved the operator step" in history and "carried it out" in history
+    assert "olga approved the operator step" in history
+    assert "carried it out (the quota is set)" in history
+    assert await browser.text("#request-filed") == f"you, {made_at(made)}"
     await browser.screenshot("request-done")
 
 
@@ -163,7 +170,7 @@ async def test_the_request_form_shows_errors_next_to_fields(browser: Browser,
     await browser.fill("#reason", "")
     await browser.submit("#file-request")
     assert (await browser.find("#cpu + .field-error")).get_attribute("id") == "error-cpu"
-    assert "cannot read amount" in await browser.text("#error-cpu")
+    assert "is not a number of hours" in await browser.text("#error-cpu")
     assert await browser.text("#error-reason") == "required"
     assert (await browser.find("#cpu")).get_attribute("value") == "lots"  # kept
     assert (await browser.find("#group")).get_attribute("value") == "lab"

@@ -125,7 +125,7 @@ async def test_the_list_speaks_to_you(app) -> None:  # type: ignore[no-untyped-d
 
 BAD = [
     ({"kind": "quota", "subject": "me", "group": "lab", "cpu": "lots"}, "cpu",
-     "cannot read amount"),
+     "is not a number of hours"),
     ({"kind": "quota", "subject": "me", "group": "lab"}, "cpu", "give the CPU hours"),
     ({"kind": "quota", "subject": "account", "group": "proj", "cpu": "5"}, "group",
      "not one of yours"),
