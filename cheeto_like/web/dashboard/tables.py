@@ -55,6 +55,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -217,7 +218,11 @@ class TableState:
         from ...models.base import count
 
         where = self.match(match)
-        total = await count(model, where, session=session)
+        if _holds_datetime(where):  # the embedded store's $match ignores a datetime range
+            total = await model.get_pymongo_collection().count_documents(where,
+                                                                         session=session)
+        else:
+            total = await count(model, where, session=session)
         page = self._clamped(total)
         projection: dict[str, int] = {f: 1 for f in fields}
         if "_id" not in projection:
@@ -268,6 +273,19 @@ class Page:
                 out.append(None)
             out.append(n)
         return out
+
+
+def _holds_datetime(value: Any) -> bool:
+    """Whether a filter compares a datetime: ``models.base.count`` (an aggregation) would
+    count every document on the embedded store, whose ``$match`` stage does not compare
+    datetimes (its ``find`` does); ``count_documents`` is slower there but right."""
+    if isinstance(value, datetime):
+        return True
+    if isinstance(value, Mapping):
+        return any(_holds_datetime(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_holds_datetime(v) for v in value)
+    return False
 
 
 def _nested(row: dict[str, Any], fields: Sequence[str]) -> dict[str, Any]:

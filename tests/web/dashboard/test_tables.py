@@ -184,3 +184,11 @@ async def test_the_store_sorts_searches_and_pages(history: Store) -> None:
     past = await read_params({"page": ["9"]}, [HISTORY])["history"].query(History, {},
                                                                           *fields)
     assert past.page == 3 and len(past.rows) == 2
+
+
+async def test_a_time_range_is_counted_as_it_is_read(history: Store) -> None:
+    """The embedded store's ``$match`` ignores a datetime range (its ``find`` does not):
+    the total must count what the pages show."""
+    since = {"timestamp": {"$gte": datetime(2026, 1, 1, 6, tzinfo=UTC)}}
+    page = await read_params({}, [HISTORY])["history"].query(History, since, "op")
+    assert page.total == 4 and len(page.rows) == 4 and page.pages == 1
