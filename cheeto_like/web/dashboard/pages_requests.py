@@ -58,6 +58,8 @@ ACTION_WORDS = {"set_quota": "the quota is set", "add_group_member": "added to t
                 "add_site_user": "put on the site", "add_user_access": "access granted",
                 "create_group_storage": "the storage is made",
                 "edit_storage": "the storage quota is changed"}
+PAGE_NOTICES = {"comment": "Comment added.", "approve": "Request approved.",
+                "deny": "Request denied."}
 STATE_WORDS = {"pending": "waiting", "done": "done", "denied": "denied"}
 SUGGESTIONS_MAX = 2000  # names offered in a <datalist>; beyond that, typed
 FIELD_OF = {"cpu_minutes": "cpu", "gpu_minutes": "gpu", "quota": "quota", "reason": "reason",
@@ -149,6 +151,7 @@ def view(r: RequestDoc, me: str) -> dict[str, Any]:
     return {"number": r.number, "kind": r.kind, "status": r.status,
             "state": STATE_WORDS[r.status], "asked": asked(r, me), "reason": r.reason or "",
             "turn": turn(r), "next_step": r.next_step or "", "site": r.site,
+            "last_step": bool(r.next_step) and r.steps[-1] == r.next_step,
             "group": r.group, "user": r.user or "",
             "requester": "you" if r.requester == me else r.requester,
             "filed": stamp(r.created_epoch), "closed": stamp(r.closed_epoch),
@@ -282,6 +285,49 @@ async def file_from_form(request: Request, who: Principal,
                                   notifier=_notifier(request, who), **args)
     except CheetoError as exc:
         raise as_field_errors(exc) from None
+
+
+async def decide_here(request: Request, number: int, action: str) -> Response:
+    """Approve or deny from the request's own page (the Accounts page's checks: the
+    API's ``REQUEST_DECIDE``, then the operation's own step check), back to the page."""
+    from ...operations.request import approve_request, deny_request
+    from ...queries.request import get_request
+    from ..api_requests import request_target
+
+    session = await require_session(request)
+    fields = await read_form(request)
+    check_csrf(fields, session.csrf)
+    who = session.who
+    if not 0 < number < 2**31:
+        raise Refused(f"there is no request {number}", 404)
+    found = await get_request(number)
+    if not rules.can(who, rules.REQUEST_DECIDE,
+                     request_target(found.requester, found.user, found.group)):
+        raise Refused(f"request {number} waits for a sponsor of {found.group} or an "
+                      "operator, not for you: you can comment on it instead")
+    read = Reader(fields)
+    note = read.text("note", required=action == "deny", max_length=2000)
+    step = first(fields, "step")
+    if step != (found.next_step or "closed"):  # a stale page: never decide another step
+        read.errors["form"] = (f"request {number} has moved on since you opened it (it is "
+                               f"{view(found, who.name)['state']}, waiting for "
+                               f"{turn(found)}): look again, then decide")
+    if read.errors:
+        errors = {f"{action}-note": "a reason is required" if not note else
+                  read.errors["note"]} if "note" in read.errors else {}
+        return render(request, "request.html", session, status=422, page="requests",
+                      r=view(found, who.name), may_comment=True,
+                      may_decide=found.status == "pending", errors=errors,
+                      failure=read.errors.get("form") or f"The request was not {action}d.")
+    store, config, notifier = request.app.state.store, _config(request), _notifier(
+        request, who)
+    if action == "approve":
+        await approve_request(store, who.author, config, number, note=note or None,
+                              notifier=notifier)
+    else:
+        await deny_request(store, who.author, config, number, reason=note,
+                           notifier=notifier)
+    return _redirect(request, f"/requests/{number}?done={action}")
 
 
 # -- the members page ----------------------------------------------------------------------
@@ -435,7 +481,7 @@ def add_routes(router: APIRouter) -> None:
                       r=view(found, who.name),
                       may_comment=rules.can(who, rules.REQUEST_COMMENT, target),
                       may_decide=may_decide, errors={},
-                      notice="Comment added." if done == "comment" else "")
+                      notice=PAGE_NOTICES.get(done or "", ""))
 
     @router.post("/requests/{number}/comment")
     @page
@@ -464,6 +510,16 @@ def add_routes(router: APIRouter) -> None:
         await comment_request(request.app.state.store, who.author, _config(request), number,
                               text=text, notifier=_notifier(request, who))
         return _redirect(request, f"/requests/{number}?done=comment")
+
+    for action in ("approve", "deny"):
+        def make(action: str = action) -> Any:
+            @page
+            async def handler(request: Request, number: int) -> Response:
+                return await decide_here(request, number, action)
+            return handler
+
+        router.add_api_route(f"/requests/{{number}}/{action}", make(), methods=["POST"],
+                             name=f"dashboard-request-page-{action}")
 
     @router.get("/members")
     @page

@@ -49,6 +49,8 @@ ROWS: list[tuple[str, str, dict[str, int]]] = [
     ("POST", "/requests/new", page(422, 422, 422, 422)),
     ("GET", "/requests/{number}", EVERYONE),  # request 1: alice's, for mona's lab
     ("POST", "/requests/{number}/comment", page(422, 422, 422, 422)),
+    ("POST", "/requests/{number}/approve", page(403, 422, 422, 422)),  # no step named
+    ("POST", "/requests/{number}/deny", page(403, 422, 422, 422)),
     ("GET", "/members", page(403, 200, 400, 400)),  # operators name the group
     ("POST", "/members/add", page(403, 422, 422, 422)),
     ("POST", "/members/remove", page(403, 422, 422, 422)),

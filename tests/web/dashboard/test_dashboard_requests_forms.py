@@ -285,3 +285,32 @@ async def test_your_requests_sort_search_and_page(app) -> None:  # type: ignore[
     assert (await alice.get("/requests?sort=nothing")).status_code == 400
     members = (await (await visit(app, "mona")).get("/members?account=lab&q=ali")).text
     assert 'id="member-alice"' in members
+
+
+async def test_deciding_from_the_requests_page(app) -> None:  # type: ignore[no-untyped-def]
+    """mona decides alice's request on its own page: a denial needs a reason (next to
+    its field), a stale page (another step named) decides nothing, alice may not decide
+    her own; the denial and its reason are what alice then sees."""
+    alice, mona = await visit(app, "alice"), await visit(app, "mona")
+    r = await alice.post("/requests/new", {"site": "farm", "kind": "storage", "group": "lab",
+                                           "quota": "5T", "reason": "imaging data"})
+    number = number_of(r)
+    page = (await mona.get(f"/requests/{number}")).text
+    assert f'id="deny-{number}"' in page and 'name="step" value="sponsor"' in page
+    assert f'id="deny-{number}"' not in (await alice.get(f"/requests/{number}")).text
+    r = await alice.post(f"/requests/{number}/approve", {"step": "sponsor"})
+    assert r.status_code == 403 and "you can comment on it instead" in r.text
+    r = await mona.post(f"/requests/{number}/deny", {"step": "sponsor", "note": ""})
+    assert r.status_code == 422 and 'id="error-deny-note"' in r.text
+    r = await mona.post(f"/requests/{number}/approve", {"step": "operator"})
+    assert r.status_code == 422 and "has moved on since you opened it" in r.text
+    assert (await RequestDoc.find_one({"number": number})).status == "pending"  # type: ignore[union-attr]
+    r = await mona.post(f"/requests/{number}/deny", {"step": "sponsor",
+                                                     "note": "use the shared volume"})
+    assert r.status_code == 303 and r.headers["location"] == f"/requests/{number}?done=deny"
+    found = await RequestDoc.find_one({"number": number})
+    assert found is not None and found.status == "denied" and found.denied_by == "mona"
+    mine = (await alice.get("/requests")).text
+    assert f'id="state-{number}">denied' in mine and "use the shared volume" in mine
+    shown = (await alice.get(f"/requests/{number}")).text
+    assert "mona</strong> denied it" in shown and 'id="request-denial"' in shown
