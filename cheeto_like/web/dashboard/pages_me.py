@@ -24,9 +24,67 @@ from .forecast import forecast, window, words
 from .guard import page
 from .render import base_path, render
 from .session import Refused, require_session
+from .tables import Column, Table, read_tables
 from .usage_range import Range, csv_response, read_range, series, series_csv
 
 CHART_FALLBACK_DAYS = 30  # a period of "none" charts the last month
+
+
+def _job_key(job_id: Any) -> Any:
+    """Job ids sort as numbers (``9`` before ``10``); array elements as text."""
+    text = str(job_id)
+    return int(text) if text.isascii() and text.isdigit() else text
+
+
+def _names(values: Any) -> str:
+    return ", ".join(values or ())
+
+
+SITES = Table("sites", (Column("site", "Site"), Column("status", "Status"),
+                        Column("access", "Access", get=lambda r: _names(r["access"]))),
+              default_sort="site")
+QUOTAS = Table("quotas", (Column("who", "Who", get=lambda r: (
+                              f"{0 if r['kind'] == 'user' else 1} {r['name']}")),
+                          Column("period", "Period"),
+                          Column("cpu", "CPU", numeric=True, search=False,
+                                 get=lambda r: r["cpu"].percent),
+                          Column("gpu", "GPU", numeric=True, search=False,
+                                 get=lambda r: r["gpu"].percent)),
+               default_sort="who")
+STORAGE = Table("storage", (Column("name", "Storage"), Column("path", "Path"),
+                            Column("quota", "Quota")), default_sort="name")
+ASSOCIATIONS = Table("associations", (
+    Column("account", "Account"), Column("partition", "Partition"),
+    Column("qos", "QOS", get=lambda r: _names(r["qos"])),
+    Column("via", "Through", get=lambda r: _names(r["via"]))), default_sort="account")
+
+
+def jobs_table(site: str) -> Table:
+    return Table(f"jobs-{site}", (Column("job_id", "Job", get=lambda r: _job_key(r["job_id"])),
+                                  Column("plain", "State"),
+                                  Column("todo", "What to do", sortable=False)),
+                 default_sort="job_id")
+
+
+def paged(request: Request, context: dict[str, Any]) -> dict[str, Any]:
+    """The page's lists as ``tables`` pages (each sorts, searches and pages on the
+    server; the range form's values are kept in their links)."""
+    params = request.query_params
+    user, jobs = context["user"], context["jobs"]
+    tables = [SITES, QUOTAS, STORAGE, ASSOCIATIONS, *(jobs_table(s["site"]) for s in jobs)]
+    states = read_tables(request, *tables, keep={
+        "site": context["site"], **{k: params.get(k) for k in ("from", "to", "by")}},
+        path=f"{base_path(request)}/me")
+    sites = [{"site": i.site, "status": i.status or user.status,
+              "access": list(i.access or user.access)} for i in context["infos"]]
+    why = context.get("why")
+    return {"site_rows": states["sites"].apply(sites),
+            "quotas": states["quotas"].apply(context["quotas"]),
+            "storages": states["storage"].apply(context["storages"]),
+            "associations": states["associations"].apply(
+                why["wanted"]["associations"] if why else []),
+            "jobs": [{**s, "jobs": states[f"jobs-{s['site']}"].apply(s["jobs"])}
+                     for s in jobs]}
 
 
 def pick_site(sites: list[str], asked: str | None) -> str | None:
@@ -241,6 +299,7 @@ def add_routes(router: APIRouter) -> None:
                         "forecasts": await forecasts(chosen, user.name, own, now),
                         "storages": await storages(chosen, user.name,
                                                    [g["group"] for g in why["groups"]])}
+        context |= paged(request, context)
         status = 422 if context["errors"] else 200
         return render(request, "me.html", session, status=status, page="me", **context)
 

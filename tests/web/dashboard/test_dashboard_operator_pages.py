@@ -241,3 +241,22 @@ async def test_operator_and_admin_pages_fit_the_window(browser: Browser, width: 
         assert "<script" not in (await browser.source()).lower()
         await browser.screenshot(f"ops-{width}-{path.strip('/').replace('/', '-')[:40]}")
     assert not narrow, f"wider than {width} px: {narrow}"
+
+
+async def test_the_me_page_tables_sort_search_and_refuse_bad_parameters(
+        browser: Browser, server: str) -> None:
+    """Me's lists (sites, jobs per site, quotas, storage, associations) use the same
+    tables; the range form's values ride along in their links."""
+    await sign_in_as(browser, "user")
+    await browser.get("/me?site=farm&by=week")
+    assert await browser.visible("#sites-table") and await browser.visible("#quotas-table")
+    href = (await browser.find("#sort-quotas-cpu")).get_attribute("href")
+    assert "site=farm" in href and "by=week" in href and "t=quotas" in href
+    await browser.submit("#sort-quotas-cpu")
+    assert "sort=cpu" in await browser.path() and await browser.visible("#quotas-table")
+    await browser.fill("#q-sites", "nowhere")
+    await browser.submit("#search-sites")
+    assert "nothing matches" in await browser.text("#sites-table")
+    for path in ("/me?t=sites&sort=secret", "/me?t=jobs-farm&page=-2", "/me?t=elsewhere"):
+        code, _ = await status_of(browser, server, path)
+        assert code == 400, path
