@@ -7,6 +7,7 @@ must fit too."""
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Any
 
@@ -69,6 +70,13 @@ async def overflow(browser: Browser) -> tuple[int, int]:
     return int(sizes[0]), int(sizes[1])
 
 
+async def whole_page(browser: Browser, name: str) -> None:
+    """A screenshot of the whole page, below the fold too."""
+    shot = await browser.run(browser.driver.execute_cdp_cmd, "Page.captureScreenshot",
+                             {"format": "png", "captureBeyondViewport": True})
+    (browser.shots / f"{name}.png").write_bytes(base64.b64decode(shot["data"]))
+
+
 @pytest.fixture(scope="module")
 def server_app(dash_world, dash_config):  # type: ignore[no-untyped-def]
     """An app built as the server's is, for its list of routes."""
@@ -111,7 +119,10 @@ async def test_every_page_fits_the_window(browser: Browser, server_app: Any, rol
             assert "Internal Server Error" not in source, (role, path)
             scroll, inner = await overflow(browser)
             # a mobile viewport zooms out to fit a wider page: innerWidth grows with it
+            name = f"{role}-{width}-{path.strip('/').replace('/', '-')}"
             if scroll > inner or inner != width:
                 too_wide.append((path, width, max(scroll, inner)))
-                await browser.screenshot(f"wide-{role}-{width}-{path.strip('/').replace('/', '-')}")
+                name = f"wide-{name}"
+            if width < 600 or name.startswith("wide"):
+                await whole_page(browser, name)  # under pytest's temp dir, to look at
     assert not too_wide, f"{role}: pages wider than the window: {too_wide}"
