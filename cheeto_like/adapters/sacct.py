@@ -38,6 +38,9 @@ UNKNOWN_TIMES = frozenset({"", "unknown", "none", "n/a"})
 # 123, 123_4 (array task), 123+1 (het component); sacct also prints 123_[1-5] for an
 # array that has not started, which is never a finished job
 JOB_ID_RE = re.compile(r"^(?P<job>\d+)(?:_(?P<task>\d+))?(?:\+(?P<het>\d+))?$")
+# the elements of an array that never started, as one record (123_[4-11]): cancelled
+# while pending, they used nothing and are nobody's charge
+NEVER_RAN_RE = re.compile(r"^\d+_\[[^|]*\]\|")
 MEM_UNITS_MB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}
 MEM_RE = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[KMGTP]?)$", re.IGNORECASE)
 
@@ -177,7 +180,7 @@ def parse_output(text: str) -> ParsedOutput:
     jobs: list[SacctJob] = []
     skipped: list[str] = []
     for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
+        if not line.strip() or NEVER_RAN_RE.match(line):
             continue
         try:
             jobs.append(parse_line(line))

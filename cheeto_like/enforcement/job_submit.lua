@@ -288,8 +288,8 @@ local function verdict(t, dbh, user, account, cpu_total, gpu_total, except)
   end
   if #problems == 0 then return nil end
   return "job refused: it would exceed a quota. " .. table.concat(problems, "; ")
-    .. ". See `cheeto quota show` (what is used and reserved) and ask your"
-    .. " sponsor or the admins for more minutes."
+    .. ". `cheeto quota show` shows what you have used, `squeue --me` your queued and"
+    .. " running jobs; ask your sponsor or the admins for more minutes."
 end
 
 local function totals(t, cpus, minutes, gpus, count)

@@ -12,6 +12,7 @@ from cheeto_like.adapters.sacct import (
     FIELDS,
     FINISHED_STATES,
     AllocTRES,
+    ParsedOutput,
     Sacct,
     SacctParseError,
     parse_line,
@@ -123,3 +124,11 @@ def test_the_command_line_names_every_flag_the_parser_relies_on():
     assert "--starttime=2026-11-01T00:00:00" in argv and "--endtime=2026-11-02T06:00:00" in argv
     env = Sacct()._env()
     assert env["TZ"] == "UTC" and env["SLURM_TIME_FORMAT"] == "%Y-%m-%dT%H:%M:%S"
+
+
+def test_an_array_cancelled_before_any_element_started_is_neither_a_job_nor_skipped():
+    """One record ``12_[0-11]`` for the elements that never ran (issue 26's held arrays):
+    nothing to charge, and nothing for an admin to look at."""
+    text = ("12_[0-11%2]|farm|alice|lab|cpu|normal|CANCELLED by 0|None|"
+            "2026-12-05T10:00:00|0|\n")
+    assert parse_output(text) == ParsedOutput((), ())
