@@ -22,7 +22,34 @@ from .guard import page
 from .member_usage import member_usage, members_of, month_so_far, usage_pages
 from .render import base_path, may_see_accounts, render
 from .session import Refused, Session, check_csrf, first, read_form, require_session
+from .tables import Column, Table, read_tables
 from .usage_range import csv_response, read_range
+
+
+def _number(text: Any) -> Any:
+    return int(text) if str(text).isascii() and str(text).isdigit() else str(text)
+
+
+PENDING = Table("pending", (
+    Column("id", "#", numeric=True, get=lambda p: _number(p["row"].id)),
+    Column("kind", "Kind", get=lambda p: p["row"].kind),
+    Column("asked", "Asks for, and why", sortable=False,
+           get=lambda p: f"{p['view'].get('asked', '')} {p['view'].get('reason') or ''}"),
+    Column("requester", "Requested by", get=lambda p: p["row"].requester),
+    Column("next_step", "Next step", get=lambda p: p["row"].next_step),
+    Column("age", "Age", numeric=True, search=False,
+           get=lambda p: p["row"].as_dict()["age_s"]),
+    Column("", "Decide")), default_sort="id")
+
+
+def members_table(account: str) -> Table:
+    return Table(f"members-{account}", (
+        Column("name", "Member"), Column("status", "Status"),
+        Column("cpu", "CPU", numeric=True, search=False, get=lambda r: r["cpu"].percent),
+        Column("gpu", "GPU", numeric=True, search=False, get=lambda r: r["gpu"].percent),
+        Column("used_h", "Used (h)", numeric=True, search=False),
+        Column("source", "Quota")), default_sort="used_h", default_dir="desc",
+        tiebreak="name")
 
 
 async def site_names() -> list[str]:
@@ -108,6 +135,11 @@ async def show_accounts(request: Request, session: Session, site: str | None,
     for name in accounts:  # the same check as the API's, per account shown
         if not rules.can(who, rules.GROUP_READ, rules.Target(account=name)):
             raise Refused(f"you may not see account {name!r}")
+    errors = dict(errors or {})
+    if account and not await _group_exists(account):  # a typo: the picker's own error
+        errors["account"] = f"there is no account named {account!r}"
+        accounts = []
+        status = 404 if status == 200 else status
     views = await account_views(chosen, accounts) if chosen else []
     pending = await pending_for(request, accounts, who.name) if accounts else []
     lo, hi = month_so_far(utcnow())
@@ -117,14 +149,36 @@ async def show_accounts(request: Request, session: Session, site: str | None,
                 if rules.can(who, rules.USAGE_READ, rules.Target(account=a))]
     usage = await member_usage(chosen, readable, members_of(views), rng) if chosen else {}
     status = 422 if rng.errors and status == 200 else status
+    keep = {"site": chosen, "account": account or None, "from": rng.first, "to": rng.last}
+    states = read_tables(request, PENDING, *(members_table(v["name"]) for v in views),
+                         keep=keep, path=f"{base_path(request)}/accounts",
+                         others=[f"usage-{a}" for a in usage])
+    for view in views:
+        view["page"] = states[f"members-{view['name']}"].apply(view["members"])
+    can_pick = rules.can(who, rules.GROUP_LIST)
     return render(request, "accounts.html", session, status=status, page="accounts",
                   usage_range=rng, range_errors=rng.errors,
-                  member_usage=usage_pages(request, usage, {
-                      "site": chosen, "account": account or None, "from": rng.first,
-                      "to": rng.last}),
-                  sites=sites, site=chosen, views=views, pending=pending,
-                  account=account or "", can_pick=rules.can(who, rules.GROUP_LIST),
-                  notice=notice, failure=failure, errors=errors or {})
+                  member_usage=usage_pages(request, usage, keep),
+                  sites=sites, site=chosen, views=views,
+                  pending=states["pending"].apply(pending),
+                  account=account or "", can_pick=can_pick,
+                  account_names=await _account_names(chosen) if can_pick and chosen else [],
+                  notice=notice, failure=failure, errors=errors)
+
+
+async def _group_exists(name: str) -> bool:
+    from ...models import Group
+
+    return await Group.get_pymongo_collection().find_one({"name": name},
+                                                         {"_id": 1}) is not None
+
+
+async def _account_names(site: str) -> list[str]:
+    """The picker's suggestions: the site's Slurm accounts (a projected read)."""
+    from ...models import SlurmAccount
+    from ...models.base import rows
+
+    return sorted({r["group"] for r in await rows(SlurmAccount, {"site": site}, "group")})
 
 
 DECIDED = {"approve": "Request approved.", "deny": "Request denied."}

@@ -323,21 +323,24 @@ def _sort_key(value: Any) -> Any:
 
 
 def read_tables(request: Request, *tables: Table, keep: Mapping[str, str | None] | None = None,
-                path: str | None = None) -> dict[str, TableState]:
+                path: str | None = None, others: Iterable[str] = ()) -> dict[str, TableState]:
     """The state of each of the page's ``tables`` from the query string (see the module
     doc); a parameter that names no table, no column of its table, a direction other
     than asc/desc, a page that is not a positive whole number, or a search longer than
     ``MAX_QUERY`` characters or holding control characters is ``Refused(…, 400)``.
     ``path``: where the links go (the page's GET path; default the request's, which a
-    form's POST answer must override)."""
+    form's POST answer must override). ``others``: the names of tables the page reads
+    elsewhere (``read_params`` on their own): a ``t`` naming one of them leaves these
+    at their defaults."""
     params = request.query_params
     return read_params({k: params.getlist(k) for k in PARAMS if k in params}, tables,
-                       keep=keep, path=request.url.path if path is None else path)
+                       keep=keep, path=request.url.path if path is None else path,
+                       others=others)
 
 
 def read_params(params: Mapping[str, Sequence[str]], tables: Sequence[Table], *,
-                keep: Mapping[str, str | None] | None = None,
-                path: str = "") -> dict[str, TableState]:
+                keep: Mapping[str, str | None] | None = None, path: str = "",
+                others: Iterable[str] = ()) -> dict[str, TableState]:
     """``read_tables`` of an already parsed query string (``{name: [values]}``)."""
     assert tables
     kept = tuple((k, str(v)) for k, v in (keep or {}).items() if v not in (None, ""))
@@ -350,12 +353,14 @@ def read_params(params: Mapping[str, Sequence[str]], tables: Sequence[Table], *,
         return values[0]
 
     names = {t.name: t for t in tables}
+    states = {t.name: TableState(t, t.default_sort, t.default_dir, keep=kept, path=path)
+              for t in tables}
     asked = one("t") or tables[0].name
+    if asked in set(others) - set(names):
+        return states
     if asked not in names:
         raise Refused(f"this page has no table {asked!r} (tables: {', '.join(names)})", 400)
     chosen = names[asked]
-    states = {t.name: TableState(t, t.default_sort, t.default_dir, keep=kept, path=path)
-              for t in tables}
     sort = one("sort") or chosen.default_sort
     column = chosen.column(sort)
     if column is None or not column.sortable:

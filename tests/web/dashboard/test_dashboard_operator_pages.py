@@ -260,3 +260,30 @@ async def test_the_me_page_tables_sort_search_and_refuse_bad_parameters(
     for path in ("/me?t=sites&sort=secret", "/me?t=jobs-farm&page=-2", "/me?t=elsewhere"):
         code, _ = await status_of(browser, server, path)
         assert code == 400, path
+
+
+async def test_the_accounts_page_tables_and_an_unknown_account(browser: Browser,
+                                                              server: str) -> None:
+    """An operator opens an account by name (suggested); a typo is the picker's own
+    error, not a separate 404 page; members and pending requests sort on the server."""
+    await sign_in_as(browser, "operator")
+    await browser.get("/accounts?site=farm")
+    options = {o.get_attribute("value") for o in await browser.find_all("#account-names option")}
+    assert {"lab", "proj"} <= options
+    await browser.fill("#account", "lba")
+    await browser.submit("#open-account")
+    assert not await browser.find_all("#error-page")
+    assert "lba" in await browser.text("#error-account")
+    code, _ = await status_of(browser, server, "/accounts?site=farm&account=lba")
+    assert code == 404
+    await browser.fill("#account", "lab")
+    await browser.submit("#open-account")
+    assert await browser.visible("#members-table-lab")
+    await browser.submit("#sort-members-lab-name")
+    names = [i.removeprefix("member-lab-") for i in await row_ids(browser, "members-table-lab")]
+    assert names == sorted(names) and names
+    assert "account=lab" in await browser.path()
+    assert await browser.visible("#pending-table")
+    for path in ("/accounts?t=pending&sort=secret", "/accounts?t=members-lab&page=0"):
+        code, _ = await status_of(browser, server, path + "&account=lab")
+        assert code == 400, path
