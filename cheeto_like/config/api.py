@@ -89,6 +89,8 @@ class ApiConfig(Block):
     # dashboard's forms keep their own 64 KB cap)
     max_body_bytes: int = Field(default=1_048_576, ge=1024, le=1 << 30)
     key_rotation_days: int = Field(default=90, ge=1, le=3650)
+    # a key created less than this long ago is not "never used" in the audits yet
+    key_new_grace_days: int = Field(default=7, ge=0, le=3650)
     key_overlap_hours: float = Field(default=24.0, ge=0, le=24 * 30)
     key_use_flush_seconds: float = Field(default=30.0, gt=0, le=3600)
 

@@ -151,6 +151,7 @@ mongo:
 #     # trusted_proxies: [10.0.0.5/32]   # believe X-Forwarded-For only from these
 #     # max_body_bytes: 1048576    # larger /api/v1 request bodies are a 413
 #     # key_rotation_days: 90      # `ng apikey audit` flags older secrets
+#     # key_new_grace_days: 7      # a newer key is not yet "never used" in the audits
 #     # key_overlap_hours: 24      # a rotated key's old secret keeps working this long
 
 # client:                        # where `cheeto login/me/usage/quota` go ($CHEETO_API_URL wins)

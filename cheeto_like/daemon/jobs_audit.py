@@ -106,7 +106,8 @@ async def audit_body(store: Store, config: Config, block: AuditTask, site: str,
             policy=Policy.of(config.slurm.root_users, config.slurm.unmanaged_accounts),
             ldap=config.ldap if block.ldap else None,
             rotation_days=config.api.key_rotation_days if config.api else 90,
-            unused_days=config.audit.key_unused_days if config.audit else 90, author=author)
+            unused_days=config.audit.key_unused_days if config.audit else 90,
+            key_grace_days=config.api.key_new_grace_days if config.api else 7, author=author)
     finally:
         if slurm is not None:
             slurm.close()

@@ -246,13 +246,15 @@ async def quota_findings(sites: list[str], now: datetime) -> list[Finding]:
     return found
 
 
-async def api_key_findings(*, rotation_days: int, unused_days: int) -> list[Finding]:
+async def api_key_findings(*, rotation_days: int, unused_days: int,
+                           grace_days: int = 7) -> list[Finding]:
     from .auth import audit_api_keys
 
     severity = {"expired": "medium", "past_rotation": "medium", "unused": "low",
                 "never_used": "low"}
     found = []
-    for item in await audit_api_keys(rotation_days=rotation_days, unused_days=unused_days):
+    for item in await audit_api_keys(rotation_days=rotation_days, unused_days=unused_days,
+                                     grace_days=grace_days):
         verb = "revoke" if item.problem in ("expired", "unused", "never_used") else "rotate"
         found.append(Finding(severity.get(item.problem, "low"), f"api_key_{item.problem}", None,
                              f"{item.name} ({item.prefix}…)", item.detail,

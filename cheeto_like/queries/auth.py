@@ -70,11 +70,12 @@ class Finding:
         return self.__dict__.copy()
 
 
-async def audit_api_keys(*, rotation_days: int, unused_days: int, now: int | None = None,
-                         session: Session = None) -> list[Finding]:
-    """Live keys past the rotation policy, unused for ``unused_days``, never used (and
-    whatever their age), and expired keys not yet revoked (mats-compute-admin's auditor,
-    for keys we actually serve)."""
+async def audit_api_keys(*, rotation_days: int, unused_days: int, grace_days: int = 7,
+                         now: int | None = None, session: Session = None) -> list[Finding]:
+    """Live keys past the rotation policy, unused for ``unused_days``, never used (once
+    ``grace_days`` have passed since they were made: a new key has not been put to work
+    yet), and expired keys not yet revoked (mats-compute-admin's auditor, for keys we
+    actually serve)."""
     now = int(time.time()) if now is None else now
     found: list[Finding] = []
     for key in sorted(await ApiKey.find({}, session=session).to_list(), key=lambda k: k.name):
@@ -90,7 +91,10 @@ async def audit_api_keys(*, rotation_days: int, unused_days: int, now: int | Non
             found.append(Finding(key.name, key.prefix, "past_rotation",
                                  f"secret is {age} day(s) old (policy {rotation_days})"))
         if key.last_used_epoch is None:
-            created = (now - int(key.created_at.timestamp())) // DAY
+            created_seconds = now - int(key.created_at.timestamp())
+            if created_seconds < grace_days * DAY:
+                continue
+            created = created_seconds // DAY
             found.append(Finding(key.name, key.prefix, "never_used",
                                  f"created {created} day(s) ago, never used"))
         elif (now - key.last_used_epoch) // DAY >= unused_days:

@@ -191,7 +191,8 @@ async def run_audit(store: Store, *, sites: list[str] | None = None,
                     slurm: StateReader | None = None, slurm_source: SlurmSource | None = None,
                     policy: Policy | None = None,
                     ldap: LDAPConfig | None = None, rotation_days: int = 90,
-                    unused_days: int = 90, author: str | None = None,
+                    unused_days: int = 90, key_grace_days: int = 7,
+                    author: str | None = None,
                     now: datetime | None = None) -> AuditReport:
     """Audit ``sites`` (default: every site) and store the run. Slurm is read with the
     local ``slurm`` reader, or through ``slurm_source`` (each site's worker); neither,
@@ -208,7 +209,8 @@ async def run_audit(store: Store, *, sites: list[str] | None = None,
     findings = await store_findings(names, now)
     findings += await allocation_findings(names, now)
     findings += await quota_findings(names, now)
-    findings += await api_key_findings(rotation_days=rotation_days, unused_days=unused_days)
+    findings += await api_key_findings(rotation_days=rotation_days, unused_days=unused_days,
+                                       grace_days=key_grace_days)
     sources["store"] = "ok"
     if slurm_source is not None:
         await slurm_source.begin(names, now)  # every site reads at once; waited for below

@@ -7,8 +7,14 @@ once each; everything else here is pure and judges that snapshot:
   pending jobs, GPUs in use), the figures a weekly look at the cluster wants;
 - ``judge``: pending jobs older than a threshold whose reason will not clear by itself
   (an association or QOS limit, an invalid account or QOS, a dependency that can never
-  be met, nodes it needs that are drained or down), each with the likely fix, and nodes
-  down or drained for longer than a threshold.
+  be met, nodes it needs that are drained or down, a hold by its owner or an
+  administrator), each with the likely fix, and nodes down or drained for longer than a
+  threshold.
+
+A held job (``JobHeldUser``: ``sbatch --hold`` or ``scontrol hold`` by its owner;
+``JobHeldAdmin``: ``scontrol hold`` by root, SlurmUser or a Slurm operator/admin) never
+starts until someone runs ``scontrol release ID``; ``held_by`` says who holds it (squeue
+names no holder: a user hold is its owner's, an admin hold is the operators').
 
 A limit such as ``AssocMaxJobsLimit`` does clear when the user's other jobs end; a job
 held by one for longer than the threshold is still worth a look (the limit may be set
@@ -137,11 +143,12 @@ class StalledJob:
     partition: str
     qos: str
     reason: str
-    kind: str  # limit | invalid | dependency | nodes
+    kind: str  # limit | invalid | dependency | nodes | held
     pending_seconds: int
     fix: str
     nodes: list[str] = field(default_factory=list)
     quota: dict[str, Any] | None = None
+    held_by: str | None = None  # kind "held": "user <owner>" or "admin"
 
     def key(self, cluster: str) -> str:
         return f"job:{cluster}:{self.job_id}:{self.kind}"
@@ -188,7 +195,8 @@ class Stalled:
             out.append({"key": job.key(self.cluster), "kind": "stalled job", "site": self.site,
                         "summary": f"job {job.job_id} of {job.user} ({job.account}, "
                                    f"{job.partition}) pending {_age(job.pending_seconds)}: "
-                                   f"{job.reason}",
+                                   f"{job.reason}"
+                                   + (f" (held by {job.held_by})" if job.held_by else ""),
                         "fix": job.fix})
         for node in self.nodes:
             age = "since an unknown time" if node.down_seconds is None \
@@ -208,6 +216,19 @@ def _age(seconds: int) -> str:
     return f"{seconds // 60}m"
 
 
+_HELD = ("JobHeldUser", "JobHeldAdmin")
+
+
+def held_by(job: QueuedJob) -> str | None:
+    """Who holds a held job: ``user <owner>`` or ``admin`` (None: not held)."""
+    word = job.reason.split(",", 1)[0].strip()
+    if word == "JobHeldUser":
+        return f"user {job.user}"
+    if word == "JobHeldAdmin":
+        return "admin"
+    return None
+
+
 def classify(reason: str) -> str | None:
     """The kind of a pending reason that will not clear by itself, else None."""
     word = reason.split(",", 1)[0].strip()
@@ -217,6 +238,8 @@ def classify(reason: str) -> str | None:
         return "invalid"
     if word == "DependencyNeverSatisfied":
         return "dependency"
+    if word in _HELD:
+        return "held"
     if word == "ReqNodeNotAvail" or reason.startswith(_NODES_DOWN_TEXT):
         return "nodes"
     return None
@@ -235,6 +258,13 @@ def _job_fix(job: QueuedJob, kind: str, site: str, nodes: list[str]) -> str:
                 f"resubmit with a valid -A/--qos")
     if kind == "dependency":
         return f"a job it depends on failed: `scancel {job.job_id}` and resubmit"
+    if kind == "held":
+        if held_by(job) == "admin":
+            return (f"held by an administrator (JobHeldAdmin): release it with `scontrol "
+                    f"release {job.job_id}` (as root or a Slurm operator), or `scancel "
+                    f"{job.job_id}`")
+        return (f"held by its owner {job.user} (JobHeldUser): `scontrol release "
+                f"{job.job_id}` (the owner or an operator), or `scancel {job.job_id}`")
     names = ",".join(nodes)
     return (f"needs node(s) {names}, unavailable: fix them, then `scontrol update "
             f"nodename={names} state=resume`")
@@ -267,7 +297,8 @@ def judge(snap: Snapshot, *, pending_over: timedelta, down_over: timedelta) -> S
             job_id=job.job_id, user=job.user, account=job.account, partition=job.partition,
             qos=job.qos, reason=job.reason, kind=kind,
             pending_seconds=int(waited.total_seconds()),
-            fix=_job_fix(job, kind, snap.site, nodes), nodes=nodes))
+            fix=_job_fix(job, kind, snap.site, nodes), nodes=nodes,
+            held_by=held_by(job) if kind == "held" else None))
     down = []
     for name, row in unavailable.items():
         if not row.out_of_service:

@@ -575,7 +575,8 @@ def build_router(prefix: str) -> APIRouter:
         authorize(who, rules.KEY_READ)
         auth: Auth = request.app.state.auth
         found = await audit_api_keys(rotation_days=auth.api.key_rotation_days,
-                                     unused_days=unused_days)
+                                     unused_days=unused_days,
+                                     grace_days=auth.api.key_new_grace_days)
         return {"items": [f.as_dict() for f in found]}
 
     @router.post("/api-keys", status_code=201, summary="create a key (its secret shown once)",

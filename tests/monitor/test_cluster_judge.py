@@ -64,7 +64,8 @@ def test_which_reasons_do_not_clear_by_themselves():
     assert classify("InvalidAccount") == classify("InvalidQOS") == "invalid"
     assert classify("DependencyNeverSatisfied") == "dependency"
     assert classify("ReqNodeNotAvail, UnavailableNodes:n02") == "nodes"
-    for reason in ("Priority", "Resources", "Dependency", "BeginTime", "", "JobHeldUser"):
+    assert classify("JobHeldUser") == classify("JobHeldAdmin") == "held"
+    for reason in ("Priority", "Resources", "Dependency", "BeginTime", ""):
         assert classify(reason) is None, reason
 
 

@@ -223,3 +223,30 @@ async def test_a_job_whose_qos_was_taken_away_is_stalled_as_invalid_qos(cli, far
     stalled = {j["job_id"]: j for j in json.loads(r.stdout)["jobs"]}[job]
     assert stalled["kind"] == "invalid" and stalled["qos"] == "gone"
     assert "does not let mon2 use account mlab / QOS gone" in stalled["fix"]
+
+
+async def test_user_and_admin_held_jobs_are_stalled_with_who_holds_them(cli, farm):
+    """``sbatch --hold`` is the owner's hold (JobHeldUser); ``scontrol hold`` as root an
+    administrator's (JobHeldAdmin): both are listed with the release command."""
+    mine = _submit(farm, "mon1", "-p", "cpu", "--hold")
+    theirs = _submit(farm, "mon2", "-p", "cpu", "--begin=now+1hour")
+    farm.scontrol("hold", theirs)
+    assert farm.wait_pending_reason(mine).reason == "JobHeldUser"
+    assert farm.wait_pending_reason(theirs).reason == "JobHeldAdmin"
+
+    r = await cli("ng", "cluster", "stalled", "-s", "farm", "--pending-over", "0s", "--json")
+    assert r.code == 0, r.stderr
+    jobs = {j["job_id"]: j for j in json.loads(r.stdout)["jobs"]}
+    assert jobs[mine]["kind"] == "held" and jobs[mine]["held_by"] == "user mon1"
+    assert f"scontrol release {mine}" in jobs[mine]["fix"]
+    assert jobs[theirs]["kind"] == "held" and jobs[theirs]["held_by"] == "admin"
+    assert f"scontrol release {theirs}" in jobs[theirs]["fix"]
+    assert "administrator" in jobs[theirs]["fix"]
+
+    r = await cli("ng", "cluster", "stalled", "-s", "farm", "--pending-over", "0s")
+    assert r.code == 0 and "user mon1" in r.stderr and f"scontrol release {mine}" in r.stderr
+
+    farm.scontrol("release", mine)  # released: no longer stalled (it may run or wait)
+    r = await cli("ng", "cluster", "stalled", "-s", "farm", "--pending-over", "0s", "--json")
+    held = [j for j in json.loads(r.stdout)["jobs"] if j["kind"] == "held"]
+    assert [j["job_id"] for j in held] == [theirs]

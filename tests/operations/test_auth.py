@@ -116,8 +116,19 @@ async def test_audit_findings(people):  # type: ignore[no-untyped-def]
                                                                unused_days=30, now=now)}
     assert found == {("old", "past_rotation"), ("idle", "unused"), ("gone", "expired")}
     await CreateApiKey.run(people, AUTHOR, name="never", scopes=["api:read"])
+    # a new key is not "never used" until the grace period has passed
     found = {(f.name, f.problem) for f in await audit_api_keys(rotation_days=90,
                                                                unused_days=30)}
+    assert ("never", "never_used") not in found
+    later = int(time.time()) + 8 * 86400
+    found = {(f.name, f.problem) for f in await audit_api_keys(
+        rotation_days=90, unused_days=30, now=later)}
+    assert ("never", "never_used") in found
+    found = {(f.name, f.problem) for f in await audit_api_keys(
+        rotation_days=90, unused_days=30, grace_days=30, now=later)}
+    assert ("never", "never_used") not in found
+    found = {(f.name, f.problem) for f in await audit_api_keys(
+        rotation_days=90, unused_days=30, grace_days=0)}
     assert ("never", "never_used") in found
 
 

@@ -141,7 +141,9 @@ async def apikey_audit(args: argparse.Namespace) -> int:
 
     api = args.ctx.config.api
     rotation = args.rotation_days or (api.key_rotation_days if api is not None else 90)
-    found = await audit_api_keys(rotation_days=rotation, unused_days=args.unused_days)
+    grace = api.key_new_grace_days if api is not None else 7
+    found = await audit_api_keys(rotation_days=rotation, unused_days=args.unused_days,
+                                 grace_days=grace)
     rows = [f.as_dict() for f in found]
     args.ctx.out.table(rows, title=f"API key audit ({len(rows)} finding(s); rotation policy "
                        f"{rotation} days, unused after {args.unused_days})", data=rows,

@@ -83,7 +83,8 @@ async def cluster_stalled(args: argparse.Namespace) -> int:
     if stalled.jobs:
         ctx.out.table([{"job": j.job_id, "user": j.user, "account": j.account,
                         "partition": j.partition, "pending": j.pending_seconds,
-                        "reason": j.reason, "fix": j.fix} for j in stalled.jobs],
+                        "reason": j.reason, "held_by": j.held_by or "",
+                        "fix": j.fix} for j in stalled.jobs],
                       title=f"stalled jobs on {snap.cluster} ({len(stalled.jobs)})")
     if stalled.nodes:
         ctx.out.table([{"node": n.node, "state": n.state, "reason": n.reason,
