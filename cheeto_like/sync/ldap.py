@@ -519,7 +519,9 @@ async def _run(store: Store, config: LDAPConfig, site: str, *, scope: Scope,
             sync_run.extra["notes"] = list(report.plan.notes)
             sync_run.extra["timings"] = report.timings
             sync_run.extra["items_total"] = len(report.items)
-            await journal.finish(_stored_items(report.items))
+            # a dry run stores its plan: the changes an apply would write, ``planned``
+            await journal.finish(_stored_items(report.items) if report.items or not dry_run
+                                 else _planned_items(report.plan))
         async with store.exclusive():
             await sync_run.save()
 
@@ -535,6 +537,14 @@ async def sync_site(store: Store, config: LDAPConfig, site: str, *, full: bool =
         config, kinds=frozenset(kinds), full=full, force=force), dry_run=dry_run,
         max_deletions=max_deletions, concurrency=concurrency, author=author,
         allow_deletions=allow_deletions)
+
+
+def _planned_items(planned: Plan) -> list[SyncItem]:
+    """A dry run's items: one ``planned`` item per change, in batch order, as
+    ``apply_plan`` would start them (the runs page's commands and drift)."""
+    return [SyncItem(batch=batch.label, command=str(change), targets=[change.label],
+                     removals=change.removals)
+            for batch in planned.batches for change in batch.changes]
 
 
 def _stored_items(items: list[SyncItem]) -> list[SyncItem]:

@@ -475,6 +475,11 @@ async def test_a_dry_run_leaves_the_directory_byte_identical(lab: Lab):
     assert {u.name: u.ldap.synced for u in await User.find({}).to_list()} == watermarks
     run = await SyncRun.get(report.run_id)
     assert run is not None and run.apply is False and run.status == "ok"
+    from cheeto_like.queries.sync_runs import run_items
+
+    stored = await run_items(report.run_id)  # the plan, for the runs page and its drift
+    assert [i.command for i in stored] == [str(c) for c in report.plan.changes]
+    assert {i.outcome for i in stored} == {"planned"}
     applied = await lab.sync(full=True)  # the same plan, now applied
     assert [(c.op, c.dn) for c in applied.plan.changes] == [
         (c.op, c.dn) for c in report.plan.changes]

@@ -157,10 +157,13 @@ async def test_the_dashboard_and_slurm_why_see_a_running_runs_steps(db):
     planned[0].outcome, planned[1].outcome = "ok", "started"
     await journal.steps([0, 1])
 
-    context = await runs_context("farm")
-    [shown] = context["runs"]
-    assert [i.outcome for i in shown.items] == ["ok", "started", "planned"]
-    assert [d["item"].command for d in context["drift"]] == ["add user cy"]
+    from cheeto_like.web.dashboard.pages_operator import RUNS_TABLES
+    from cheeto_like.web.dashboard.tables import read_params
+
+    context = await runs_context("farm", read_params({}, RUNS_TABLES))
+    [shown] = context["runs"].rows
+    assert [i.outcome for i in shown["cmds"]] == ["ok", "started", "planned"]
+    assert [d["command"] for d in context["drift"].rows] == ["add user cy"]
     why = await _last_sync("farm", "bo")
     assert why is not None and why["status"] == "running"
     assert [c["outcome"] for c in why["commands_for_user"]] == ["started"]

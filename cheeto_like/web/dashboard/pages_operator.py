@@ -249,14 +249,12 @@ def run_counts(run: dict[str, Any], items: list[Any]) -> dict[str, Any]:
 
 
 async def latest_runs(site: str | None) -> list[dict[str, Any]]:
-    """The newest finished run of each (target, site): one ``$group`` for the pairs, then
-    one indexed query per pair ((target, site, -started_at)): as many as targets x
-    sites, never as many as runs."""
+    """The newest run of each (target, site) (a running one too: its steps say how far
+    it got): one ``$group`` for the pairs, then one indexed query per pair ((target,
+    site, -started_at)): as many as targets x sites, never as many as runs."""
     from ...models import SyncRun
 
-    match: dict[str, Any] = {"status": {"$ne": "running"}}
-    if site:
-        match["site"] = site
+    match: dict[str, Any] = {"site": site} if site else {}
     collection = SyncRun.get_pymongo_collection()
     # sites per target (the embedded store groups by one field, not by a document)
     cursor = await collection.aggregate([
