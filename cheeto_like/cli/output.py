@@ -65,8 +65,17 @@ def _cell(value: Any) -> str:
 
 
 def _flat(value: Any) -> str:
+    """A value inside a cell as text: a mapping as ``k=v`` pairs, a list as ``a,b`` (never
+    a Python repr such as ``qos=['normal']``), nothing as ``-``."""
     if isinstance(value, Mapping):
-        return " ".join(f"{k}={v}" for k, v in value.items())
+        return " ".join(f"{k}={_flat(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        items = [_flat(v) for v in value]
+        return ",".join(sorted(items) if isinstance(value, set | frozenset) else items) or "-"
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     return str(value)
 
 

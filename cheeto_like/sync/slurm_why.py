@@ -25,7 +25,8 @@ from ..queries.user import find_site_info, get_user
 from .slurm_actual import read_user_state
 from .slurm_desired import eligibility, user_renames
 from .slurm_limits import describe
-from .slurm_state import AssocKey, AssocState
+from .slurm_quota import QuotaBlocks, quota_blocks
+from .slurm_state import TRES, AssocKey, AssocState
 
 # a limit of 0 on any of these refuses or holds every job of the association
 _BLOCKING = frozenset({"MaxJobs", "MaxSubmitJobs", "GrpJobs", "GrpSubmitJobs"})
@@ -69,6 +70,7 @@ async def explain(site_name: str, user_name: str, *, runner: SAcctMgr | None,
                                  "qos": sorted(assoc.qos), "default_qos": assoc.default_qos,
                                  "via": list(row.roles)}
     expected_accounts = {k.account for k in expected}
+    blocks = await _quota_blocks(site.name, user.name, expected_accounts)
     default = site.slurm.default_account
     expected_default = (default if default in expected_accounts
                         else min(expected_accounts) if expected_accounts else None)
@@ -84,9 +86,11 @@ async def explain(site_name: str, user_name: str, *, runner: SAcctMgr | None,
         "groups": [{"group": r.group.name, "roles": list(r.roles)}
                    for r in await user_groups_at_site(user.name, site.name)],
         "accounts": [r.as_dict() for r in reach],
-        "wanted": {"can_submit": verdict.eligible and bool(expected),
+        "wanted": {"can_submit": verdict.eligible and _usable_wanted(expected, user.name,
+                                                                     blocks),
                    "associations": [expected[k] for k in sorted(expected)],
-                   "default_account": expected_default},
+                   "default_account": expected_default,
+                   "quota_blocks": _block_lines(blocks)},
     }
     data["slurmdbd"] = await _slurmdbd(runner, site.cluster_name, user.name, set(expected))
     data["slurmctld"] = await _slurmctld(scontrol, site.cluster_name, user.name)
@@ -95,6 +99,34 @@ async def explain(site_name: str, user_name: str, *, runner: SAcctMgr | None,
     data["can_submit"], data["verdict_from"] = can_submit, source
     data["summary"] = _summary(data, can_submit, source)
     return data
+
+
+async def _quota_blocks(site: str, user: str, accounts: set[str]) -> QuotaBlocks:
+    """The quota blocks the next sync writes for ``user`` and ``accounts`` (a user out of
+    CPU minutes is blocked on every association; an account's block holds its members)."""
+    found = await quota_blocks(site, utcnow(), users=[user], accounts=sorted(accounts))
+    return QuotaBlocks(users={k: v for k, v in found.users.items() if k == user},
+                       accounts={k: v for k, v in found.accounts.items() if k in accounts},
+                       notes={k: v for k, v in found.notes.items()
+                              if k == ("user", user) or (k[0] == "account" and k[1] in accounts)})
+
+
+def _cpu_blocked(block: TRES | None) -> bool:
+    """``cpu=0`` holds every job (a ``gres/gpu=0`` block holds GPU jobs only)."""
+    return block is not None and ("cpu", 0) in block
+
+
+def _usable_wanted(expected: dict[AssocKey, dict[str, Any]], user: str,
+                   blocks: QuotaBlocks) -> bool:
+    """Some wanted association would take a job: neither the user nor its account is
+    out of CPU quota (the same judgement as slurmdbd's ``GrpTRESMins=cpu=0``)."""
+    if _cpu_blocked(blocks.users.get(user)):
+        return False
+    return any(not _cpu_blocked(blocks.accounts.get(k.account)) for k in expected)
+
+
+def _block_lines(blocks: QuotaBlocks) -> list[str]:
+    return [blocks.notes[k] for k in sorted(blocks.notes)]
 
 
 async def _slurmdbd(runner: SAcctMgr | None, cluster: str, user: str,
@@ -163,7 +195,10 @@ def _summary(data: dict[str, Any], can_submit: bool, source: str) -> str:
     if can_submit:
         text = (f"can submit ({source} holds an association)" if source != "wanted"
                 else "can submit by the store's rules (Slurm was not asked)")
-        if not wanted:
+        if not wanted and data["eligibility"]["eligible"] and data["wanted"]["quota_blocks"]:
+            text += ("; but out of quota (" + "; ".join(data["wanted"]["quota_blocks"])
+                     + "): the next sync blocks it")
+        elif not wanted:
             reasons = data["eligibility"]["blocked_by"] or ["no group gives them reach"]
             text += ("; the store no longer wants this (" + ", ".join(reasons)
                      + "): the next sync removes it")
@@ -178,6 +213,9 @@ def _summary(data: dict[str, Any], can_submit: bool, source: str) -> str:
     blocked = data["eligibility"]["blocked_by"]
     if blocked:
         return "cannot submit: " + ", ".join(blocked)
+    if data["wanted"]["associations"] and data["wanted"]["quota_blocks"]:
+        return "cannot submit: out of quota (" + "; ".join(data["wanted"]["quota_blocks"]) + ")"
+
     if not data["wanted"]["associations"]:
         return "cannot submit: no group with a Slurm association gives them reach"
     if source == "wanted":

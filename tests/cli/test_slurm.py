@@ -155,6 +155,9 @@ async def test_sync_dry_run_apply_json_and_why(cli, farm, slurm_env, tmp_path):
     assert data["processes"] == len(dump.read_text().splitlines())
     r = await ok(cli, "ng", "slurm", "sync", "-s", farm, "--apply")
     assert "APPLIED" in r.stderr and "0 failed" in r.stderr
+    # piped (no terminal): each line's outcome is a word, never raw markup (issue 28)
+    assert f"  ok sacctmgr -i add user {farm}u0,{farm}u1" in r.stderr
+    assert "[green]" not in r.stderr and "[/]" not in r.stderr
 
     why = (await ok(cli, "ng", "slurm", "why", "-s", farm, "-u", f"{farm}u0", "--json")).json()
     assert why["can_submit"] is True and why["slurmdbd"]["missing"] == []

@@ -158,6 +158,15 @@ async def test_a_user_over_quota_is_held_others_run_running_jobs_live_on(site: S
     assert why["slurmdbd"]["can_submit"] is False
     assert why["slurmdbd"]["associations"][0]["blocking_limits"] == [
         "GrpTRESMins=cpu=0 (out of quota)"]
+    # the wanted view counts the quota block too (it said "can submit" beside slurmdbd's no)
+    assert why["wanted"]["can_submit"] is False
+    assert any("user qtover is out of quota" in b for b in why["wanted"]["quota_blocks"])
+    assert "next sync clears it" not in why["summary"]
+    offline = await explain("farm", "qtover", runner=None)
+    assert offline["can_submit"] is False and "out of quota" in offline["summary"]
+    r = await cli("ng", "slurm", "why", "-s", "farm", "-u", "qtover", "--offline")
+    assert r.code == 0, r.stderr
+    assert "qos=" in r.stderr and "['" not in r.stderr and "None" not in r.stderr
     other = site.submit("qtother", "lab")  # the other user of the same account runs
     assert cluster.wait_finished(other).state == "COMPLETED"
     # slurmctld checks running jobs against GrpTRESMins every 30 s; with `safe` it never

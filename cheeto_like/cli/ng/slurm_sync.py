@@ -39,6 +39,18 @@ def _dump_reader(args: argparse.Namespace) -> DumpReader | None:
     return DumpReader(texts)
 
 
+_MARKS = {"ok": "[green]ok[/] ", "failed": "[red]FAILED[/] ", "pending": "[yellow]pending[/] ",
+          "skipped": "[yellow]skipped[/] "}
+
+
+def _command_markup(cmd: Any, item: Any) -> str:
+    """One planned command as markup: its outcome's mark (ours), the command and the
+    detail escaped (the mark was escaped too once, so a pipe showed `[green]ok[/]`)."""
+    mark = "" if item is None else _MARKS.get(item.outcome, "")
+    detail = f" [dim]({esc(item.detail)})[/]" if item and item.outcome != "ok" else ""
+    return f"  {mark}sacctmgr -i {esc(cmd)}{detail}"
+
+
 def _render_plan(ctx: Any, report: Any, mode: str) -> None:
     out = ctx.out
     planned = report.plan
@@ -50,13 +62,7 @@ def _render_plan(ctx: Any, report: Any, mode: str) -> None:
     for batch in planned.batches:
         out.info(f"[cyan]{esc(batch.label)}[/] ({esc(batch.items)})")
         for cmd in batch.commands:
-            item = outcomes.get(str(cmd))
-            mark = "" if item is None else {"ok": "[green]ok[/] ", "failed": "[red]FAILED[/] ",
-                                            "pending": "[yellow]pending[/] ",
-                                            "skipped": "[yellow]skipped[/] "}.get(
-                                                item.outcome, "")
-            detail = f" [dim]({item.detail})[/]" if item and item.outcome != "ok" else ""
-            out.info(f"  {esc(mark)}sacctmgr -i {esc(cmd)}{esc(detail)}")
+            out.info(_command_markup(cmd, outcomes.get(str(cmd))))
     for conflict in planned.conflicts:
         out.warn(esc(conflict))
     for note in planned.notes:
