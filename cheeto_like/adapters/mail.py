@@ -145,6 +145,8 @@ def transport_from_config(config: Config) -> Transport | None:
         if config.hippo is None:
             raise ConfigError("mail.transport is hippo but the config has no hippo section")
         return HippoNotifyTransport(config.hippo)
+    if mail.from_address is None:
+        raise ConfigError("mail: set from_address (or centre.helpdesk) to send over SMTP")
     return SMTPTransport(mail.smtp, mail.from_address, mail.reply_to)
 
 

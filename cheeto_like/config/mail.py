@@ -44,19 +44,46 @@ class SMTPConfig(Block):
         return self
 
 
+class CentreConfig(Block):
+    """Who the notices speak for: ``name`` in bodies, ``short_name`` before every subject
+    (``HPC: Account Ready on Farm``), the ``helpdesk`` address people are told to write
+    to, and the ``docs_url`` they are pointed at. Unset: neutral words, no links."""
+
+    name: str = Field(default="HPC", min_length=1)
+    short_name: str = Field(default="HPC", min_length=1)
+    helpdesk: Annotated[str, AfterValidator(_address)] | None = None
+    docs_url: str | None = None
+
+
 class MailConfig(Block):
     """Where e-mail goes: ``transport: smtp`` (the ``smtp`` block) or ``hippo`` (HiPPO's
     notify endpoint, using the ``hippo`` section). ``enabled: false`` records every
-    e-mail in History as not sent, without sending."""
+    e-mail in History as not sent, without sending. ``from_address`` defaults to
+    ``centre.helpdesk``. ``templates_dir`` holds the site's own notice templates (a file
+    named like a built-in one replaces it; ``subjects.yaml`` replaces subjects)."""
 
     enabled: bool = True
     transport: Literal["smtp", "hippo"] = "smtp"
-    from_address: Annotated[str, AfterValidator(_address)] = "hpc-help@ucdavis.edu"
+    from_address: Annotated[str, AfterValidator(_address)] | None = None
     reply_to: Annotated[str, AfterValidator(_address)] | None = None
     smtp: SMTPConfig = Field(default_factory=SMTPConfig)
-    # what the templates link to
-    support_address: str = "hpc-help@ucdavis.edu"
-    docs_url: str = "https://docs.hpc.ucdavis.edu"
+    centre: CentreConfig = Field(default_factory=CentreConfig)
+    templates_dir: UserPath | None = None
+    # before ``centre``: the same as centre.helpdesk and centre.docs_url
+    support_address: Annotated[str, AfterValidator(_address)] | None = None
+    docs_url: str | None = None
+
+    @model_validator(mode="after")
+    def _centre(self) -> MailConfig:
+        centre = self.centre
+        updates = {k: v for k, v in (("helpdesk", self.support_address),
+                                     ("docs_url", self.docs_url))
+                   if v is not None and getattr(centre, k) is None}
+        if updates:
+            object.__setattr__(self, "centre", centre.model_copy(update=updates))
+        if self.from_address is None and self.centre.helpdesk is not None:
+            object.__setattr__(self, "from_address", self.centre.helpdesk)
+        return self
 
 
 class AlertsConfig(Block):

@@ -23,7 +23,7 @@ from ..adapters.mail import OutgoingEmail, Transport, transport_from_config
 from ..config import AlertsConfig, Config
 from ..models import SyncRun
 from ..models.fields import utcnow
-from ..notifications import Links, render
+from ..notifications import DEFAULT_TEMPLATES, Links, Templates, render
 from ..queries.alerts import AlertDigest, build_digest, last_digest_run
 from ..store import Store
 from .base import OpArgs, Operation
@@ -82,6 +82,7 @@ class Notifier:
     author: str | None
     transport: Transport | None
     links: Links = field(default_factory=Links)
+    templates: Templates = DEFAULT_TEMPLATES
     sent: int = 0
     failed: int = 0
 
@@ -89,7 +90,8 @@ class Notifier:
                    cc: Sequence[str | None] = (), context: dict[str, str] | None = None,
                    **variables: Any) -> bool:
         try:
-            email = render(kind, to, cc=cc, links=self.links, **variables)
+            email = render(kind, to, cc=cc, links=self.links, templates=self.templates,
+                           **variables)
         except Exception as exc:  # a template or recipient problem: log, never abort
             log.error("could not render the %s e-mail (%s): %s: %s", kind,
                       ", ".join(str(t) for t in to), type(exc).__name__, exc)
@@ -111,11 +113,18 @@ class Notifier:
 
 
 def notifier_from_config(store: Store, author: str | None, config: Config) -> Notifier:
-    """A notifier using ``mail.transport``; without a ``mail`` section every e-mail is
-    recorded as not sent (so the History still shows who should have been told)."""
-    links = Links(config.mail.support_address, config.mail.docs_url) if config.mail \
-        else Links()
-    return Notifier(store, author, transport_from_config(config), links)
+    """A notifier using ``mail.transport``, the centre's words (``mail.centre``) and the
+    site's templates (``mail.templates_dir``: a broken one is a ``ConfigError`` here);
+    without a ``mail`` section every e-mail is recorded as not sent (so the History still
+    shows who should have been told)."""
+    mail = config.mail
+    if mail is None:
+        return Notifier(store, author, None)
+    centre = mail.centre
+    links = Links(support_address=centre.helpdesk, docs_url=centre.docs_url,
+                  centre=centre.name, centre_short=centre.short_name)
+    templates = Templates.load(mail.templates_dir)
+    return Notifier(store, author, transport_from_config(config), links, templates)
 
 
 # -- operator alerts -----------------------------------------------------------------------

@@ -27,7 +27,7 @@ async def test_process_with_post_back_then_list_and_show(cli, farm, hippo, mailb
     assert data["tally"] == {"complete": 1, "posted_back": 1, "emails_sent": 1}
     assert data["events"][0]["hippo_id"] == event_id
     assert await User.find_one(User.name == "alice") is not None
-    assert [m.subject for m in mailbox.messages] == ["UCD HPC: Account Ready on Farm"]
+    assert [m.subject for m in mailbox.messages] == ["HPC: Account Ready on Farm"]
     assert hippo.statuses_posted(event_id) == ["Complete"]
 
     r = await cli("ng", "hippo", "list", "--json", config=people_cli_config)

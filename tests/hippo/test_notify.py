@@ -41,7 +41,7 @@ async def test_account_ready_is_sent_once_with_the_real_details(db, farm, hippo,
     assert report.outcomes[0].emails_sent == 1
     [mail] = mailbox.messages
     assert mail.rcpt_tos == ["alice@ucdavis.edu"]
-    assert mail.subject == "UCD HPC: Account Ready on Farm"
+    assert mail.subject == "HPC: Account Ready on Farm"
     text = mail.text()
     assert "ssh alice@farm.example.org" in text and "Your groups on farm: lab1." in text
     assert "/home/alice, with a quota of 25G" in text
@@ -85,14 +85,14 @@ async def test_membership_removal_sponsor_and_key_e_mails(db, farm, hippo, mailb
     report = await process_events(db, AUTHOR, config, notifier=notifier)
     assert [o.result for o in report.outcomes] == ["complete"] * 4
     by_subject = {m.subject: m for m in mailbox.messages}
-    removed = by_subject["UCD HPC: Removed from Group"]
+    removed = by_subject["HPC: Removed from Group"]
     assert removed.rcpt_tos == ["alice@example.org"]
     assert "removed from the group lab1" in removed.text()
     assert f"Pat Professor ({prof.email})" in removed.text()
-    sponsor = by_subject["UCD HPC: New Sponsored Group on Farm"]
+    sponsor = by_subject["HPC: New Sponsored Group on Farm"]
     assert sponsor.rcpt_tos == [prof.email] and "profgrp" in sponsor.text()
-    assert "UCD HPC: SSH Key Updated" in by_subject
-    membership = by_subject["UCD HPC: New Group Membership on Farm"]
+    assert "HPC: SSH Key Updated" in by_subject
+    membership = by_subject["HPC: New Group Membership on Farm"]
     assert "was added to profgrp" in membership.text()
 
 
@@ -103,7 +103,7 @@ async def test_e_mails_can_go_through_hippo_notify(db, farm, hippo, fake_hippo_s
     await process_events(db, AUTHOR, config, notifier=notifier)
     [sent] = hippo.notifications
     assert sent["emails"] == ["alice@ucdavis.edu"]
-    assert sent["subject"] == "UCD HPC: Account Ready on Farm"
+    assert sent["subject"] == "HPC: Account Ready on Farm"
     assert any("ssh alice@farm.example.org" in p for p in sent["paragraphs"])
 
 

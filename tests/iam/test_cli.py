@@ -54,7 +54,7 @@ async def test_sync_all_with_notify_then_reap_dry_run_and_reap(cli, people, iam,
     assert r.code == 0, r.stderr
     assert r.json() == {"reaped": ["bob"], "notified": 1, "notify_errors": 0}
     assert (await reload_user("bob")).status == "inactive"
-    assert mailbox.messages[-1].subject == "UCD HPC: Account Deactivated"
+    assert mailbox.messages[-1].subject == "HPC: Account Deactivated"
     r = await cli("ng", "iam", "reap", "--dry-run", config=people_cli_config)
     assert r.code == 0 and "count=0" in r.stderr
 

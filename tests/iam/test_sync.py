@@ -146,7 +146,7 @@ async def test_hit_miss_grace_offboarding_reap_with_emails(db, client, iam, alic
     assert user.status == "offboarding" and user.expires_at == t1 + 32 * DAY
     assert (await site_info("alice", "farm")).status is None  # override cleared
     [warning] = mailbox.to("alice@ucdavis.edu")
-    assert warning.subject == "UCD HPC: Account Scheduled for Deactivation"
+    assert warning.subject == "HPC: Account Scheduled for Deactivation"
     assert "alice" in warning.text() and "April 03, 2025" in warning.text()
     assert warning.mail_from == "hpc-help@ucdavis.edu"
     assert (await all_users(t1 + 3 * DAY)).tally["miss_already_expiring"] == 1
@@ -163,7 +163,7 @@ async def test_hit_miss_grace_offboarding_reap_with_emails(db, client, iam, alic
     [row] = await history("reap_offboarded_users")
     assert row.changes["reaped"] == ["alice"]
     deactivated = mailbox.to("alice@ucdavis.edu")[-1]
-    assert deactivated.subject == "UCD HPC: Account Deactivated"
+    assert deactivated.subject == "HPC: Account Deactivated"
     sends = await history("send_user_email")
     assert [r.changes["email_type"] for r in sends] == ["offboarding_warning",
                                                         "account_deactivated"]
@@ -191,7 +191,7 @@ async def test_a_restore_before_the_reap(db, client, iam, alice, notifier, mailb
     assert user.iam.iam_status == "present" and user.iam.first_missing_at is None
     assert (await reap_offboarded_users(db, AUTHOR, now=T0 + 40 * DAY)).users == []
     [restored] = mailbox.to("alice@ucdavis.edu")
-    assert restored.subject == "UCD HPC: Account Restored"
+    assert restored.subject == "HPC: Account Restored"
 
 
 async def test_a_user_who_is_not_active_is_never_offboarded(db, client, iam, alice):

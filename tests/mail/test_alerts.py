@@ -101,7 +101,8 @@ async def test_a_digest_that_could_not_be_sent_is_repeated(db, mailbox):
     from cheeto_like.config import MailConfig, SMTPConfig
     from tests.services.http_server import free_loopback_port
 
-    dead = Config(mail=MailConfig(smtp=SMTPConfig(host="127.0.0.1", port=free_loopback_port(),
+    dead = Config(mail=MailConfig(from_address="hpc@example.org",
+                                  smtp=SMTPConfig(host="127.0.0.1", port=free_loopback_port(),
                                                   timeout_seconds=2)),
                   alerts=AlertsConfig(to=["hpc-ops@example.org"]))
     await run("slurm", "farm", "failed", started=NOW - HOUR, error="boom")

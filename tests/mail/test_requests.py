@@ -50,7 +50,7 @@ async def test_each_step_tells_the_people_concerned(lab, config, mailbox):
                                  access=["sudo"], reason="runs the lab's containers")
     [filed] = mailbox.messages
     assert filed.rcpt_tos == ["bob@example.org"]  # the sponsor; alice is not cc'd (she acted)
-    assert filed.subject == f"UCD HPC: request {request.number} (access) filed"
+    assert filed.subject == f"HPC: request {request.number} (access) filed"
     text = filed.text()
     assert "alice filed request 1: sudo access for alice at farm" in text
     assert "needs your approval as its sponsor" in text
@@ -65,7 +65,7 @@ async def test_each_step_tells_the_people_concerned(lab, config, mailbox):
     await approve_request(lab, "carol", config, request.number,
                           notifier=notifier(lab, config, "carol"))
     done = mailbox.messages[-1]
-    assert done.subject == "UCD HPC: request 1 (access) approved and done"
+    assert done.subject == "HPC: request 1 (access) approved and done"
     assert sorted(done.rcpt_tos) == ["alice@example.org", "bob@example.org"]
     assert "add_user_access(name=alice, access=['sudo'], site=farm)" in done.text()
     sends = await history("send_user_email")
@@ -85,7 +85,7 @@ async def test_a_denial_tells_the_requester_why(lab, config, mailbox):
                        notifier=notifier(lab, config, "bob"))
     denied = mailbox.messages[-1]
     assert denied.rcpt_tos == ["alice@example.org"]
-    assert denied.subject == "UCD HPC: request 1 (join) denied"
+    assert denied.subject == "HPC: request 1 (join) denied"
     assert "Reason: not in my lab" in denied.text()
 
 

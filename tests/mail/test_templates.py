@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cheeto_like.notifications import KINDS, render
+from cheeto_like.notifications import KINDS, Links, render
 from cheeto_like.operations.group_membership import AddGroupMember, AddGroupSponsor
 from cheeto_like.operations.slurm import (
     CreateSlurmAccount,
@@ -74,7 +74,7 @@ def test_every_kind_renders_text_html_and_paragraphs(kind):
 
 def test_subjects_follow_the_reference():
     assert render("account_ready", ["a@x.org"], **BASE).subject == \
-        "UCD HPC: Account Ready on Farm"
+        "HPC: Account Ready on Farm"
     assert render("new_sponsor", ["a@x.org"], **VARIABLES["new_sponsor"]).header == \
         "New sponsored group <strong>profgrp</strong>"
     assert render("operator_alert", ["ops@x.org"], **VARIABLES["operator_alert"]).subject == \
@@ -98,8 +98,9 @@ def test_values_are_escaped_for_markdown_and_html():
 
 
 def test_mailto_links_carry_an_encoded_subject():
-    email = render("key_updated", ["a@x.org"], **BASE)
-    assert 'href="mailto:hpc-help@ucdavis.edu?subject=SSH%20key%20change%20for%20alice"' \
+    email = render("key_updated", ["a@x.org"], links=Links(support_address="help@x.org"),
+                   **BASE)
+    assert 'href="mailto:help@x.org?subject=SSH%20key%20change%20for%20alice"' \
         in email.html
     assert "ssh alice@farm.hpc.ucdavis.edu" in email.text
 

@@ -33,7 +33,7 @@ async def test_smtp_delivers_text_and_html_to_every_recipient(mailbox):
     [got] = mailbox.messages
     assert got.mail_from == "hpc-help@ucdavis.edu"
     assert sorted(got.rcpt_tos) == ["alice@ucdavis.edu", "sponsor@ucdavis.edu"]
-    assert got.subject == "UCD HPC: Account Restored"
+    assert got.subject == "HPC: Account Restored"
     assert got.message["To"] == "alice@ucdavis.edu"
     assert got.message["Cc"] == "sponsor@ucdavis.edu"
     assert got.message["Reply-To"] == "help@ucdavis.edu"
@@ -47,7 +47,7 @@ async def test_smtp_starttls_and_login(smtp_tls_server):
                         username=USERNAME, password=PASSWORD,
                         ca_file=smtp_tls_server.ca_file, timeout_seconds=5)
     await SMTPTransport(config, "hpc-help@ucdavis.edu").send(restored())
-    assert [m.subject for m in smtp_tls_server.messages] == ["UCD HPC: Account Restored"]
+    assert [m.subject for m in smtp_tls_server.messages] == ["HPC: Account Restored"]
     wrong = SMTPConfig.model_validate(config.model_dump() | {"password": "nope"})
     with pytest.raises(MailError, match="SMTPAuthenticationError"):
         await SMTPTransport(wrong, "hpc-help@ucdavis.edu").send(restored())
@@ -77,7 +77,7 @@ async def test_a_send_is_recorded_in_history(db, mailbox):
     [row] = await history("send_user_email")
     assert row.author == AUTHOR
     assert row.changes | {"body": "…"} == {
-        "email_type": "account_restored", "subject": "UCD HPC: Account Restored",
+        "email_type": "account_restored", "subject": "HPC: Account Restored",
         "header": "Your HPC account has been restored", "to": ["alice@ucdavis.edu"],
         "cc": [], "body": "…", "transport": "smtp", "sent": True, "error": None,
         "context": {"why": "test"}}
@@ -118,9 +118,9 @@ async def test_the_hippo_notify_transport(db, fake_hippo_server, hippo):
     await transport.send(restored(cc=["boss@ucdavis.edu"]))
     [sent] = hippo.notifications
     assert sent["emails"] == ["alice@ucdavis.edu"] and sent["ccEmails"] == ["boss@ucdavis.edu"]
-    assert sent["subject"] == "UCD HPC: Account Restored"
+    assert sent["subject"] == "HPC: Account Restored"
     assert sent["header"] == "Your HPC account has been restored"
-    assert sent["paragraphs"][0].startswith("<p>The UC Davis directory lists you again")
+    assert sent["paragraphs"][0].startswith("<p>Your institution's directory lists you again")
     hippo.faults.add("notify", Fault(status=500), times=3)
     with pytest.raises(MailError, match="HTTP 500"):
         await transport.send(restored())
@@ -128,8 +128,10 @@ async def test_the_hippo_notify_transport(db, fake_hippo_server, hippo):
 
 def test_the_transport_is_chosen_by_config(fake_hippo_server):
     assert transport_from_config(Config()) is None
-    smtp = transport_from_config(Config(mail=MailConfig()))
-    assert isinstance(smtp, SMTPTransport)
+    with pytest.raises(ConfigError, match="set from_address"):
+        transport_from_config(Config(mail=MailConfig()))
+    smtp = transport_from_config(Config(mail=MailConfig(centre={"helpdesk": "h@x.org"})))
+    assert isinstance(smtp, SMTPTransport) and smtp.from_address == "h@x.org"
     assert isinstance(transport_from_config(Config(mail=MailConfig(enabled=False))),
                       DisabledTransport)
     with pytest.raises(ConfigError, match="no hippo section"):

@@ -97,7 +97,8 @@ def people_sections(hippo_server: FakeHippo, iam_server: FakeIAM,
         "hippo": {"base_url": hippo_server.url, "api_key": HIPPO_KEY, **FAST,
                   "site_aliases": {"CaesFarm": "farm"}},
         "ucdiam": {"base_url": iam_server.url, "api_key": IAM_KEY, **FAST},
-        "mail": {"transport": "smtp", "smtp": {"host": "127.0.0.1", "port": sink.port}},
+        "mail": {"transport": "smtp", "from_address": "hpc-help@example.org",
+                 "smtp": {"host": "127.0.0.1", "port": sink.port}},
         "alerts": {"to": ["hpc-ops@example.org"]},
     }
 
