@@ -145,7 +145,8 @@ async def operator_context(site: str, states: dict[str, TableState]) -> dict[str
             "quotas": states["quotas"].apply(own),
             "summary": states["accounts"].apply(account_rows),
             "factors": states["factors"].apply(factors),
-            "names": await subject_names(site, accounts, statuses)}
+            "names": await subject_names(site, accounts, statuses),
+            "gpu_types": sorted({f["gpu_type"] for f in factors})}
 
 
 async def show_operator(request: Request, session: Session, site: str | None, *,
@@ -157,7 +158,8 @@ async def show_operator(request: Request, session: Session, site: str | None, *,
     states = read_tables(request, *OPERATOR_TABLES, keep={"site": chosen},
                          path=f"{base_path(request)}/operator")
     context = await operator_context(chosen, states) if chosen else {
-        "defaults": None, "quotas": None, "summary": None, "factors": None, "names": []}
+        "defaults": None, "quotas": None, "summary": None, "factors": None, "names": [],
+        "gpu_types": []}
     failure = (errors or {}).get("form", "") or (
         "The form was not saved: see the marked fields." if errors else "")
     return render(request, "operator.html", session, status=status, page="operator",

@@ -124,6 +124,7 @@ async def test_an_unknown_name_is_the_fields_own_error(browser: Browser) -> None
                for o in await browser.find_all("datalist#subject-names option")]
     assert {"alice", "bob", "lab", "proj"} <= set(options)
     assert (await browser.find("#q_name")).get_attribute("list") == "subject-names"
+    assert (await browser.find("#f_type")).get_attribute("list") == "gpu-types"
     await browser.fill("#q_name", "alcie")
     await browser.fill("#q_cpu", "10")
     await browser.submit("#save-quota")
