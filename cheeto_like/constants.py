@@ -25,7 +25,7 @@ SHELLS: Final = ENABLED_SHELLS + DISABLED_SHELLS
 ID_MAX: Final = 4_294_967_295  # largest 32-bit uid/gid
 NAME_MAX_LEN: Final = 32
 
-DEFAULT_SYSTEM_EMAIL: Final = "hpc-help@ucdavis.edu"
+DEFAULT_SYSTEM_EMAIL: Final = "root@localhost.localdomain"  # mail.centre.helpdesk wins (CLI)
 
 
 class IdBand(NamedTuple):

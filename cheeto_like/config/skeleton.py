@@ -114,7 +114,7 @@ mongo:
 #       # sympa:                      # the sympa_export task
 #       #   schedule: "0 3 * * *"
 #       #   output_dir: /srv/sympa/lists   # writes <output_dir>/<site>.txt
-#       #   ignore: [hpc-help@ucdavis.edu]
+#       #   ignore: [hpc-help@example.org]
 #       # puppet_sync:
 #       #   schedule: 3600
 #       #   repo: /var/lib/cheeto/puppet.hpc    # a clone of the puppet repository
@@ -184,8 +184,16 @@ mongo:
 
 # mail:
 #   transport: smtp               # or hippo (HiPPO's notify endpoint)
-#   from_address: hpc-help@ucdavis.edu
-#   # reply_to: hpc-help@ucdavis.edu
+#   from_address: hpc-help@example.org   # default: centre.helpdesk
+#   # reply_to: hpc-help@example.org
+#   centre:                       # who the notices speak for (defaults: HPC, no links)
+#     name: Example Research Computing   # in bodies: "your <name> account"
+#     short_name: ERC             # before every subject: "ERC: Account Ready on Farm"
+#     helpdesk: hpc-help@example.org     # "for help, write to ..."
+#     # docs_url: https://docs.hpc.example.org
+#   # templates_dir: /etc/cheeto/notices   # a file named like a built-in template
+#   #                             # (account-ready.md.j2, ...) replaces it; subjects.yaml
+#   #                             # maps kinds to subjects (README "E-mail notices")
 #   # enabled: true               # false: record e-mails in History without sending
 #   smtp:
 #     host: smtp.example.org

@@ -135,7 +135,7 @@ class CreateSystemUser(Operation):
         uid = await next_free_id(self.band, session)
         self.created = await CreateUser.within(
             self, session, name=a.name, email=a.email, uid=uid,
-            fullname=a.fullname or f"HPCCF {a.name}", type=self.user_type,
+            fullname=a.fullname or f"HPC {a.name}", type=self.user_type,
             shell=self.shell(), password=a.password)
         return self.created
 

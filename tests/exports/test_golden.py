@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cheeto_like.constants import DEFAULT_SYSTEM_EMAIL
 from cheeto_like.models import User
 from cheeto_like.operations import slurm as slurm_ops
 from cheeto_like.operations import storage as storage_ops
@@ -49,7 +50,7 @@ async def seed(store) -> None:
                     access=["login-ssh", "root-ssh"], shell="/bin/zsh")
     await make_user(store, "erin", uid=2005, access=["login-ssh"])  # not on the site
     await make_user(store, "hpcsupport", uid=2006, site=site, type="admin",
-                    email="hpc-help@ucdavis.edu", access=["login-ssh"])
+                    email=DEFAULT_SYSTEM_EMAIL, access=["login-ssh"])
     await CreateSystemUser.run(store, AUTHOR, name="svc")
     await put_on_site(store, "svc", site)
     await SetUserStatus.run(store, AUTHOR, name="carol", site=site, status="inactive",

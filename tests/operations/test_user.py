@@ -175,7 +175,7 @@ async def test_system_users_take_uids_from_4e9_with_no_login_shell(db):
                                            fullname="Ops Robot")
     assert (first.uid, second.uid) == (4_000_000_000, 4_000_000_001)
     assert first.shell == NOLOGIN_SHELL and first.type == "system"
-    assert first.fullname == "HPCCF svc" and first.email == "hpc-help@ucdavis.edu"
+    assert first.fullname == "HPC svc" and first.email == "root@localhost.localdomain"
     assert (second.email, second.fullname) == ("ops@example.org", "Ops Robot")
     assert (await Group.find_one(Group.name == "svc")).gid == 4_000_000_000
     rows = await history("create_system_user")

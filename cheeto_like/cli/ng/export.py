@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
+from ...constants import DEFAULT_SYSTEM_EMAIL
 from ...files import write_atomically
 from ...puppet.yamlio import dumps as puppet_dumps
 from ...queries.exports import (
@@ -80,7 +81,7 @@ for _handler in (export_puppet_legacy, export_root_keys, export_sympa, export_st
 
 export_sympa.parser.add_argument(
     "--ignore", nargs="*", metavar="EMAIL",
-    help="addresses to leave out (default: hpc-help@ucdavis.edu; give none to keep all)")
+    help=f"addresses to leave out (default: {DEFAULT_SYSTEM_EMAIL}; give none to keep all)")
 
 
 @command("ng", "site", "sync-old-puppet",

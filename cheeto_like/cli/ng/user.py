@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ...constants import USER_STATUSES
+from ...constants import DEFAULT_SYSTEM_EMAIL, USER_STATUSES
 from ...credentials import generate_password, parse_ssh_key
 from ...errors import InvalidInput, NotFound
 from ...files import read_small_text
@@ -153,20 +153,32 @@ def _(parser: a.Parser) -> None:
 async def user_new_system(args: argparse.Namespace) -> None:
     ctx = args.ctx
     password = _password_from(args)
-    user, _ = await ops.CreateSystemUser.run(ctx.store, ctx.author, name=args.user,
-                                             email=args.email, fullname=args.fullname,
-                                             password=password)
+    user, _ = await ops.CreateSystemUser.run(
+        ctx.store, ctx.author, name=args.user, email=args.email or _centre_email(ctx),
+        fullname=args.fullname or f"{_centre_name(ctx)} {args.user}", password=password)
     ctx.out.success(f"created system user [bold]{esc(user.name)}[/] (uid={esc(user.uid)})")
     if password and args.password:
         _print_password(args, user.name, password)
 
 
+def _centre_email(ctx: Any) -> str:
+    """The contact address of accounts nobody owns: the centre's helpdesk, if set."""
+    mail = ctx.config.mail
+    return mail.centre.helpdesk if mail and mail.centre.helpdesk else DEFAULT_SYSTEM_EMAIL
+
+
+def _centre_name(ctx: Any) -> str:
+    mail = ctx.config.mail
+    return mail.centre.short_name if mail else "HPC"
+
+
 @user_new_system.args()
 def _(parser: a.Parser) -> None:
     a.user(parser)
-    parser.add_argument("--email", default="hpc-help@ucdavis.edu",
-                        help="e-mail address (default hpc-help@ucdavis.edu)")
-    parser.add_argument("--fullname", help="default 'HPCCF <user>'")
+    parser.add_argument("--email",
+                        help=f"e-mail address (default mail.centre.helpdesk, else "
+                             f"{DEFAULT_SYSTEM_EMAIL})")
+    parser.add_argument("--fullname", help="default '<mail.centre.short_name> <user>'")
     _password_args(parser)
 
 
@@ -207,7 +219,7 @@ async def user_new_class(args: argparse.Namespace) -> int:
         _probe_new_file(path)
     created = await CreateClassUsers.run(
         ctx.store, ctx.author, site=args.site, prefix=args.prefix, count=args.count,
-        email=args.email, expires_at=expires, group=args.group,
+        email=args.email or _centre_email(ctx), expires_at=expires, group=args.group,
         chunk_size=CHUNK if args.chunk_size is None else args.chunk_size,
         **({"access": args.access} if args.access else {}))
     if created.replaced:
@@ -276,8 +288,9 @@ def _(parser: a.Parser) -> None:
     a.group(parser, required=False, help="also make them members of this group")
     parser.add_argument("--access", "-a", nargs="+", metavar="ACCESS",
                         help="default: login-ssh slurm")
-    parser.add_argument("--email", default="hpc-help@ucdavis.edu",
-                        help="contact address recorded for every account")
+    parser.add_argument("--email",
+                        help="contact address recorded for every account (default "
+                             f"mail.centre.helpdesk, else {DEFAULT_SYSTEM_EMAIL})")
     parser.add_argument("--chunk-size", type=int, metavar="N",
                         help="accounts per transaction (default 25)")
 
