@@ -39,16 +39,27 @@ Handler = Callable[[argparse.Namespace], Awaitable[int | None] | int | None]
 
 # A token like -7d, -1d or -30min is a value (a negative duration), never an option.
 _NEGATIVE_VALUE = re.compile(r"^-\d")
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
+_UNRECOGNIZED = "unrecognized arguments: "
 
 
 class CheetoArgumentParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr and exit code 2, values that
     start with ``-<digit>`` (``--since -1d``) are values, and the common options are
-    attached on first use (so nodes nobody touches cost nothing)."""
+    attached on first use (so nodes nobody touches cost nothing). Options are never
+    abbreviated (``--acces`` is an error, not ``--access``), and an unknown command or
+    option says which known ones are closest."""
+
+    _leaf: CheetoArgumentParser | None = None  # the deepest parser of the current parse
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         from ..text import show_controls  # argparse quotes the user's words raw
 
+        message = _with_suggestion(message, CheetoArgumentParser._leaf or self)
         self.exit(2, f"{self.prog}: error: {show_controls(message)} (see --help)\n")
 
     def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
@@ -68,6 +79,7 @@ class CheetoArgumentParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         _ensure_common_args(self)
+        CheetoArgumentParser._leaf = self  # a subcommand's parser is entered after its parent's
         return super().parse_known_args(args, namespace)
 
     def format_usage(self) -> str:
@@ -77,6 +89,25 @@ class CheetoArgumentParser(argparse.ArgumentParser):
     def format_help(self) -> str:
         _ensure_common_args(self)
         return super().format_help()
+
+
+def _with_suggestion(message: str, leaf: argparse.ArgumentParser) -> str:
+    """``message`` with `` (did you mean …?)`` for an unknown command or option."""
+    from ..suggest import did_you_mean
+
+    choice = _INVALID_CHOICE.search(message)
+    if choice is not None:
+        word, known = choice[1], re.findall(r"'([^']*)'", choice[2])
+        if message.startswith("argument {"):  # the subcommands' action
+            return f"unknown command {word!r}" + did_you_mean(word, known)
+        return message + did_you_mean(word, known)  # an option's choices
+    if message.startswith(_UNRECOGNIZED):
+        options = [o for a in leaf._actions for o in a.option_strings if o.startswith("--")]
+        hints = [did_you_mean(w.split("=", 1)[0], options)
+                 for w in message[len(_UNRECOGNIZED):].split() if w.startswith("--")]
+        hint = next((h for h in hints if h), "")
+        return message + hint
+    return message
 
 
 class _Unloaded:
@@ -299,6 +330,7 @@ async def _run_handler(args: argparse.Namespace, handler: Handler) -> int | None
     ctx: Context = args.ctx
     if getattr(handler, "needs_store", False):
         ctx.store = await connect(ctx.config.mongo, notify=ctx.out.info)
+        await _canonical_sites(args)
     label = getattr(handler, "progress_label", None)
     try:
         if label is None:
@@ -308,6 +340,19 @@ async def _run_handler(args: argparse.Namespace, handler: Handler) -> int | None
     finally:
         if ctx.store is not None:
             await ctx.store.close()
+
+
+async def _canonical_sites(args: argparse.Namespace) -> None:
+    """Every ``-s`` as the site's name: an alias or fqdn, in any case, works everywhere
+    the API takes it (``-s caesfarm``, ``-s FARM``). A value no site matches is left as
+    given (the command says it does not exist, or ``ng site new`` creates it)."""
+    from ..queries.site import resolve_site_name
+
+    value = getattr(args, "site", None)
+    if isinstance(value, str) and value:
+        args.site = await resolve_site_name(value)
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        args.site = [await resolve_site_name(v) for v in value]
 
 
 def load_module_of(node: registry.Node) -> None:

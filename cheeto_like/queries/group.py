@@ -32,7 +32,9 @@ async def find_group_by_name(name: str, session: Session = None) -> Group | None
 async def get_group(name: str, session: Session = None) -> Group:
     group = await find_group_by_name(name, session)
     if group is None:
-        raise NotFound(f"group {name!r} does not exist")
+        from .user import _name_hint
+
+        raise NotFound(f"group {name!r} does not exist" + await _name_hint(Group, name, session))
     return group
 
 

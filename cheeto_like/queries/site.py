@@ -69,11 +69,33 @@ async def find_site(value: str, session: Session = None) -> Site | None:
 
 
 async def get_site(name: str, session: Session = None) -> Site:
-    """The site named ``name``; ``NotFound`` otherwise (fqdns and aliases: ``find_site``)."""
+    """The site named ``name``, else the one with that fqdn or alias, in any case (the
+    API's and the CLI's ``-s`` resolve alike); ``NotFound`` otherwise, with the closest
+    names."""
     site = await find_site_by_name(name, session)
     if site is None:
-        raise NotFound(f"site {name!r} does not exist")
+        site = await find_site(name, session)
+    if site is None:
+        raise NotFound(f"site {name!r} does not exist" + await _site_hint(name, session))
     return site
+
+
+async def resolve_site_name(value: str, session: Session = None) -> str:
+    """The site name ``value`` means (a name, fqdn or alias in any case), or ``value``
+    itself when no site matches (the command then says it does not exist, or creates
+    it). The CLI runs every ``-s`` through this before the handler, so handlers and the
+    operations they call see canonical names only."""
+    site = await find_site_by_name(value, session) or await find_site(value, session)
+    return site.name if site is not None else value
+
+
+async def _site_hint(name: str, session: Session = None) -> str:
+    from ..suggest import did_you_mean
+
+    rows = await Site.get_pymongo_collection().find(
+        {}, {"name": 1, "aliases": 1}, session=session).to_list(None)
+    known = [r["name"] for r in rows] + [a for r in rows for a in r.get("aliases") or []]
+    return did_you_mean(name.lower(), known)
 
 
 async def list_sites(session: Session = None) -> list[Site]:

@@ -1,0 +1,54 @@
+"""Issue 28 item 7: the CLI papercuts a week of use found, through the real entry point."""
+
+from __future__ import annotations
+
+from ..factories import make_group, make_site, make_user
+
+
+async def test_site_option_takes_aliases_and_any_case(cli, db):
+    await make_site(db, "farm")
+    r = await cli("ng", "site", "alias", "add", "-s", "farm", "caesfarm")
+    assert r.code == 0, r.stderr
+    for spelling in ("farm", "FARM", "caesfarm", "CaesFarm"):
+        r = await cli("ng", "site", "show", "-s", spelling, "--json")
+        assert r.code == 0, (spelling, r.stderr)
+        assert r.json()["name"] == "farm"
+    await make_user(db, "alice", site="farm")
+    r = await cli("ng", "user", "show", "-u", "alice", "--json")
+    assert r.code == 0
+    r = await cli("ng", "slurm", "why", "-s", "CAESFARM", "-u", "alice", "--offline", "--json")
+    assert r.code == 0, r.stderr
+    assert r.json()["site"] == "farm"
+    r = await cli("ng", "site", "show", "-s", "fram")
+    assert r.code == 2 and "site 'fram' does not exist (did you mean farm?)" in r.stderr
+
+
+async def test_unknown_names_say_what_is_close(cli, db):
+    await make_site(db, "farm")
+    await make_user(db, "alice", site="farm")
+    await make_group(db, "labgroup")
+    r = await cli("ng", "user", "show", "-u", "alcie")
+    assert r.code == 2 and "user 'alcie' does not exist (did you mean alice?)" in r.stderr
+    r = await cli("ng", "group", "show", "-g", "labgrp")
+    assert r.code == 2 and "(did you mean labgroup?)" in r.stderr
+    r = await cli("ng", "user", "show", "-u", "zzzzzz")
+    assert r.code == 2 and "did you mean" not in r.stderr
+
+
+async def test_unknown_commands_and_options_say_what_is_close(cli):
+    r = await cli("ng", "usr", "list")
+    assert r.code == 2 and "unknown command 'usr' (did you mean user?)" in r.stderr
+    r = await cli("ng", "user", "lsit")
+    assert r.code == 2 and "(did you mean list?)" in r.stderr
+    r = await cli("ng", "request", "list", "--status", "al")
+    assert r.code == 2 and "invalid choice: 'al'" in r.stderr and "did you mean all?" in r.stderr
+
+
+async def test_no_silent_option_prefixes(cli, db):
+    await make_site(db, "farm")
+    # --acces was taken as --access: now it is refused, naming the option it is close to
+    r = await cli("ng", "user", "list", "--acces", "slurm")
+    assert r.code == 2 and "unrecognized arguments: --acces" in r.stderr
+    assert "did you mean --access?" in r.stderr
+    r = await cli("ng", "site", "list", "--jso")
+    assert r.code == 2 and "did you mean --json?" in r.stderr
