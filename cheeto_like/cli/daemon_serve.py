@@ -94,6 +94,7 @@ def daemon_flower(args: argparse.Namespace) -> int:
     from ..daemon.app import make_app, run_celery, setup_process_logging
     from ..daemon.config import daemon_config
     from ..daemon.flower import (
+        check_basic_auth,
         check_flower_bind,
         check_no_secret_args,
         flower_command,
@@ -105,6 +106,11 @@ def daemon_flower(args: argparse.Namespace) -> int:
     config = ctx.config
     daemon_config(config)
     basic_auth = flower_credentials(config)
+    if args.basic_auth is not None:  # the reference's documented form: taken, with a warning
+        basic_auth = check_basic_auth(args.basic_auth, "--basic-auth")
+        ctx.out.warn("--basic-auth puts the password in the process list (every local user "
+                     "can read argv with ps); use $FLOWER_BASIC_AUTH or "
+                     "daemon.flower_basic_auth instead")
     check_flower_bind(args.address, basic_auth, insecure=args.insecure)
     extra = [arg for arg in (args.extra or []) if arg != "--"]
     check_no_secret_args(extra, args.broker_api)
@@ -137,6 +143,9 @@ def _(parser: a.Parser) -> None:
     parser.add_argument("--broker-api-port", type=_port, metavar="PORT",
                         help="management API port for the derived URL (default 15672 for "
                              "amqp, 15671 for amqps)")
+    parser.add_argument("--basic-auth", metavar="USER:PASSWORD",
+                        help="Flower's login (the reference's form; it shows in the process "
+                             "list: prefer $FLOWER_BASIC_AUTH or daemon.flower_basic_auth)")
     parser.add_argument("--insecure", action="store_true",
                         help="allow a non-loopback address without basic auth "
                              "($FLOWER_BASIC_AUTH or daemon.flower_basic_auth)")

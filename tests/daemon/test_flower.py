@@ -172,8 +172,16 @@ def test_flower_refuses_bad_input(tmp_path):
                                                            "user:password pairs separated by "
                                                            "commas (a password cannot contain "
                                                            "a comma)")
-    r = run_cheeto("daemon", "flower", "--config", str(config), "--basic-auth", "admin:pw")
-    assert r.returncode == 2 and "unrecognized arguments: --basic-auth" in r.stderr
+    # the reference documents --basic-auth: taken (checked, with a warning about argv)
+    r = run_cheeto("daemon", "flower", "--config", str(config), "--basic-auth", "admin")
+    assert r.returncode == 2 and "--basic-auth takes user:password pairs" in r.stderr
+    # accepted on a public address (no "without basic auth"); the broker URL with a
+    # password is what stops this run, after the warning
+    r = run_cheeto("daemon", "flower", "--config", str(config), "--basic-auth", "admin:pw",
+                   "--address", "0.0.0.0", "--broker-api", "http://u:secret@127.0.0.1:9/api/")
+    assert r.returncode == 2, r.stderr
+    assert "unrecognized arguments" not in r.stderr and "without basic auth" not in r.stderr
+    assert "--basic-auth puts the password in the process list" in r.stderr
     r = run_cheeto("daemon", "flower", "--config", str(config), "--", "--basic_auth=a:pw")
     assert r.returncode == 2 and "process list" in r.stderr
     r = run_cheeto("daemon", "flower", "--config", str(config), "--address", "0.0.0.0")
