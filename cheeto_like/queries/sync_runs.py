@@ -124,3 +124,88 @@ class ShownRun:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.run, name)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a list of runs shows of one run's items: how many there are per outcome, and
+    the first ``shown`` of them (a dry run of a whole site plans tens of thousands)."""
+
+    outcomes: dict[str, int]
+    first: list[SyncItem]
+    total: int
+
+
+DRIFT_OUTCOMES = ("planned", "pending", "failed")
+
+
+async def run_summaries(runs: Sequence[Any], shown: int = 200,
+                        session: Session = None) -> dict[str, RunSummary]:
+    """``RunSummary`` of each of ``runs`` (objects with ``id`` and ``status``) in a fixed
+    number of queries, reading no more than ``shown`` items per run: the outcomes of the
+    ended runs' items grouped in the store, their first items in one ``$in`` query; a
+    ``running`` run (steps to overlay) and a run from before ``sync_items`` are read
+    whole (``live_items``), as few as they are."""
+    from ..models.base import grouped
+
+    ended = [str(r.id) for r in runs if r.status != "running"]
+    outcomes = await grouped(SyncRunItem, {"run": {"$in": ended}}, "run", "outcome",
+                             session=session) if ended else {}
+    first: dict[str, list[tuple[int, SyncItem]]] = {i: [] for i in ended}
+    if ended:
+        async for doc in SyncRunItem.get_pymongo_collection().find(
+                {"run": {"$in": ended}, "index": {"$lt": shown}},
+                {"_id": 0, "started_at": 0}, session=session):
+            first.setdefault(doc["run"], []).append((int(doc["index"]), _item(doc)))
+    out: dict[str, RunSummary] = {}
+    whole: list[Any] = []
+    for run in runs:
+        run_id = str(run.id)
+        if run_id not in outcomes:  # running, from before sync_items, or without items
+            whole.append(run)
+            continue
+        tally: dict[str, int] = {}
+        for outcome in outcomes[run_id]:
+            tally[outcome] = tally.get(outcome, 0) + 1
+        items = [item for _, item in sorted(first[run_id], key=lambda p: p[0])]
+        out[run_id] = RunSummary(dict(sorted(tally.items())), items,
+                                 len(outcomes[run_id]))
+    if whole:
+        every = await items_of_runs(whole, session)
+        for run in whole:
+            items = every[str(run.id)]
+            tally = {}
+            for item in items:
+                tally[item.outcome] = tally.get(item.outcome, 0) + 1
+            out[str(run.id)] = RunSummary(dict(sorted(tally.items())), items[:shown],
+                                          len(items))
+    return out
+
+
+async def drift_rows(runs: Sequence[Any], session: Session = None) -> list[dict[str, Any]]:
+    """The planned, pending and failed items of ``runs`` (objects with ``id``,
+    ``status``), raw (``run``, ``index``, ``batch``, ``command``, ``outcome``,
+    ``detail``), in plan order: one projected query for the ended runs (no model per
+    item); a ``running`` run's and an old run's items read whole, their steps applied."""
+    ended = [str(r.id) for r in runs if r.status != "running"]
+    found: list[dict[str, Any]] = []
+    if ended:
+        found = [doc async for doc in SyncRunItem.get_pymongo_collection().find(
+            {"run": {"$in": ended}, "outcome": {"$in": list(DRIFT_OUTCOMES)}},
+            {"_id": 0, "run": 1, "index": 1, "batch": 1, "command": 1, "outcome": 1,
+             "detail": 1}, session=session)]
+    have = {doc["run"] for doc in found}
+    missing = [i for i in ended if i not in have]
+    if missing:  # a run with items has an item 0: the others may keep theirs on the run
+        have |= {doc["run"] async for doc in SyncRunItem.get_pymongo_collection().find(
+            {"run": {"$in": missing}, "index": 0}, {"_id": 0, "run": 1}, session=session)}
+    rest = [r for r in runs if r.status == "running"
+            or (str(r.id) not in have and str(r.id) in ended)]
+    if rest:
+        every = await items_of_runs(rest, session)
+        found = [d for d in found if d["run"] not in every]
+        for run_id, items in every.items():
+            found += [{"run": run_id, "index": n, "batch": i.batch, "command": i.command,
+                       "outcome": i.outcome, "detail": i.detail}
+                      for n, i in enumerate(items) if i.outcome in DRIFT_OUTCOMES]
+    return sorted(found, key=lambda d: (d["run"], int(d["index"])))

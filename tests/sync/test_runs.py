@@ -169,6 +169,36 @@ async def test_the_dashboard_and_slurm_why_see_a_running_runs_steps(db):
     assert [c["outcome"] for c in why["commands_for_user"]] == ["started"]
 
 
+async def test_run_summaries_read_a_bounded_part_of_a_big_plan(db):
+    """The runs page counts every item of a run by outcome but reads only the first
+    ``shown``; drift rows come raw from the store, a running run's with its steps."""
+    from types import SimpleNamespace
+
+    from cheeto_like.queries.sync_runs import drift_rows, run_summaries
+
+    big = SyncRun(target="ldap", site="farm", apply=False, status="ok")
+    await big.insert()
+    items = [SyncItem(batch="users", command=f"add uid=u{n}",
+                      outcome="ok" if n % 3 == 0 else "planned") for n in range(250)]
+    await RunJournal(db, big).finish(items)
+    legacy = await SyncRun(target="slurm", site="farm", status="failed").insert()
+    await SyncRun.get_pymongo_collection().update_one(
+        {"_id": legacy.id}, {"$set": {"items": [
+            {"batch": "users", "command": "add user old", "outcome": "failed"}]}})
+    empty = await SyncRun(target="puppet", site="farm", status="failed",
+                          error="no repo").insert()
+    runs = [SimpleNamespace(id=r.id, status=r.status) for r in (big, legacy, empty)]
+    summary = await run_summaries(runs, shown=20)
+    assert summary[big.id].total == 250 and len(summary[big.id].first) == 20
+    assert summary[big.id].outcomes == {"ok": 84, "planned": 166}
+    assert [i.command for i in summary[big.id].first][:2] == ["add uid=u0", "add uid=u1"]
+    assert summary[legacy.id].outcomes == {"failed": 1}
+    assert summary[empty.id].total == 0 and summary[empty.id].first == []
+    drift = await drift_rows(runs)
+    assert len([d for d in drift if d["run"] == big.id]) == 166
+    assert [d["command"] for d in drift if d["run"] == legacy.id] == ["add user old"]
+
+
 async def test_the_budget_counts_applied_runs_of_the_last_24_hours_at_that_site(db):
     def run(removed: int, **kw) -> SyncRun:
         kw.setdefault("site", "farm")

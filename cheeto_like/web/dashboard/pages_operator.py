@@ -37,6 +37,7 @@ from .tables import Column, Table, TableState, read_tables
 NOTICES = {"quota": "Quota saved.", "defaults": "Default quotas saved.",
            "factor": "GPU factor saved.", "adjust": "Adjustment recorded."}
 RUNS_SHOWN = 20
+COMMANDS_SHOWN = 200  # commands listed under a run (its counts cover them all)
 NAME_SUGGESTIONS = 2000  # names in a <datalist> at most (a bigger site: those in play)
 
 
@@ -239,15 +240,12 @@ async def _save(request: Request, form: str) -> Response:
                             status_code=303, headers={"Cache-Control": "no-store"})
 
 
-def run_counts(run: dict[str, Any], items: list[Any]) -> dict[str, Any]:
+def run_counts(run: dict[str, Any], summary: Any) -> dict[str, Any]:
     """What a run's line says: its stored counts (a reconciler's plan counts, zeros left
-    out) and its commands by outcome (from its items)."""
-    outcomes: dict[str, int] = {}
-    for item in items:
-        outcomes[item.outcome] = outcomes.get(item.outcome, 0) + 1
+    out) and its commands by outcome (``queries.sync_runs.RunSummary``)."""
     counts = {k: v for k, v in (run.get("counts") or {}).items() if v}
-    return {"counts": dict(sorted(counts.items())), "outcomes": dict(sorted(outcomes.items())),
-            "commands": len(items)}
+    return {"counts": dict(sorted(counts.items())), "outcomes": summary.outcomes,
+            "commands": summary.total, "cmds": summary.first}
 
 
 async def latest_runs(site: str | None) -> list[dict[str, Any]]:
@@ -273,29 +271,29 @@ async def latest_runs(site: str | None) -> list[dict[str, Any]]:
 
 
 async def runs_context(site: str | None, states: dict[str, TableState]) -> dict[str, Any]:
+    """One page of runs (sorted, searched and paged in the store), each with its counts
+    and its first ``COMMANDS_SHOWN`` commands; the drift of the latest run of each
+    target; the last audit's findings. Whatever the number of runs or of their items,
+    a fixed number of queries (one per target and site for the latest runs)."""
     from types import SimpleNamespace
 
     from ...models import AuditRun, SyncRun
     from ...queries.audit import run_findings, severity_rank
-    from ...queries.sync_runs import items_of_runs
+    from ...queries.sync_runs import drift_rows, run_summaries
 
     where = {"site": site} if site else {}
     page = await states["runs"].query(SyncRun, where, "_id", "target", "site", "author",
                                       "apply", "started_at", "finished_at", "status",
                                       "counts", "error")
-    shown = [SimpleNamespace(id=str(r["_id"]), status=r["status"]) for r in page.rows]
-    items = await items_of_runs(shown)  # their own documents: a fixed number of queries
+    summaries = await run_summaries(
+        [SimpleNamespace(id=str(r["_id"]), status=r["status"]) for r in page.rows],
+        shown=COMMANDS_SHOWN)
     for row in page.rows:
-        row["cmds"] = items[str(row["_id"])]  # not "items": a dict's method in Jinja
-        row |= run_counts(row, row["cmds"])
-    latest = await latest_runs(site)
-    latest_items = await items_of_runs(
-        [SimpleNamespace(id=str(r["_id"]), status=r["status"]) for r in latest])
-    drift = [{"target": r["target"], "site": r["site"], "run": str(r["_id"]),
-              "apply": r.get("apply", False), "outcome": i.outcome, "batch": i.batch,
-              "command": i.command, "detail": i.detail}
-             for r in latest for i in latest_items[str(r["_id"])]
-             if i.outcome in ("planned", "pending", "failed")]
+        row |= run_counts(row, summaries[str(row["_id"])])
+    latest = {str(r["_id"]): r for r in await latest_runs(site)}
+    drift = [{**d, "target": latest[d["run"]]["target"], "site": latest[d["run"]]["site"]}
+             for d in await drift_rows([SimpleNamespace(id=i, status=r["status"])
+                                        for i, r in latest.items()])]
     audits = await AuditRun.find({}).sort(-AuditRun.started_ms).limit(1).to_list()
     audit = audits[0] if audits else None
     findings = [{**f, "rank": severity_rank(f["severity"])
@@ -303,7 +301,7 @@ async def runs_context(site: str | None, states: dict[str, TableState]) -> dict[
                 for f in ((await run_findings(audit))[0] if audit else [])
                 if site is None or f.get("site") in (None, site)]
     return {"runs": page, "drift": states["drift"].apply(drift), "audit": audit,
-            "findings": states["findings"].apply(findings)}
+            "findings": states["findings"].apply(findings), "shown": COMMANDS_SHOWN}
 
 
 async def show_history(request: Request, session: Session) -> Response:
