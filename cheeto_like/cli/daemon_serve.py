@@ -49,7 +49,8 @@ async def _store_answers(config: Config) -> TokenIssuer:
         await store.close()
 
 
-@command("daemon", "api", help="serve the read-only REST API (root keys, storage) with uvicorn")
+@command("daemon", "api", help="serve the REST API (puppet exports, /api/v1 reads and writes, "
+                               "the dashboard) with uvicorn")
 def daemon_api(args: argparse.Namespace) -> int:
     import uvicorn
 

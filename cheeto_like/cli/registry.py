@@ -62,7 +62,8 @@ NODES: tuple[Node, ...] = (
     C("daemon status", "daemon",
       "the last run of each (task, site): state, when, duration, error"),
     C("daemon api", "daemon_serve",
-      "serve the read-only REST API (root keys, storage) with uvicorn"),
+      "serve the REST API (puppet exports, /api/v1 reads and writes, the dashboard) with "
+      "uvicorn"),
     C("daemon flower", "daemon_serve",
       "run Flower, the Celery monitor, on the daemon's broker and result backend"),
     C("daemon up", "daemon_serve",

@@ -1,4 +1,5 @@
-"""The read-only REST API the puppet servers call (DESIGN §6; reference §7.6, fixed).
+"""The REST API: the exports the puppet servers call (DESIGN §6; reference §7.6, fixed),
+``/api/v1`` (reads, and writes through operations) and the web dashboard.
 
 ``create_api(config, store=None)`` builds the FastAPI app. Routes (under ``api.prefix``):
 
@@ -17,7 +18,8 @@ never the global key set. The puppet routes take a managed key (``ng apikey``, s
 (compared in constant time); none of them is needed to start. Root keys refuse an
 anonymous caller whatever the config; only an API started ``--insecure`` (without a
 static key and without ``managed_keys_only``) serves the storage map anonymously.
-Everything is a query: no request writes anything (no History rows).
+The puppet exports are queries: they write nothing (no History rows); ``/api/v1``'s
+writes and the dashboard's forms run operations (``web/``).
 
 Exports are cached per site as rendered bodies (``ExportCache``: a hit serialises
 nothing) and rebuilt when the site's data generation moves (every operation bumps the
@@ -440,8 +442,10 @@ def create_api(config: Config, store: Store | None = None, *,
         title="cheeto", version=__version__, lifespan=lifespan,
         openapi_url=f"{prefix}/openapi.json", docs_url=None, redoc_url=None,
         swagger_ui_oauth2_redirect_url=None,
-        description="Read-only exports for puppet: root SSH keys and the storage map of a "
-                    "site. Send the key in the X-API-Key header.")
+        description="cheeto's API: exports for puppet (root SSH keys and the storage map of "
+                    "a site), and /api/v1, which reads and writes (users, groups, sites, "
+                    "requests, quotas, keys; every write is an operation with its History "
+                    "row). Send an API key in the X-API-Key header, or a token as Bearer.")
     _mount_docs(app, prefix)
     app.state.store = store
     cache = ExportCache(api.cache_seconds, poll=api.generation_poll_seconds,

@@ -52,3 +52,14 @@ async def test_no_silent_option_prefixes(cli, db):
     assert "did you mean --access?" in r.stderr
     r = await cli("ng", "site", "list", "--jso")
     assert r.code == 2 and "did you mean --json?" in r.stderr
+
+
+async def test_api_help_and_unit_do_not_call_the_api_read_only(cli):
+    from pathlib import Path
+
+    r = await cli("daemon", "api", "--help")
+    assert r.code == 0
+    text = " ".join((r.stdout + r.stderr).split())
+    assert "read-only" not in text and "/api/v1 reads and writes" in text
+    unit = Path(__file__).parents[2] / "deploy" / "systemd" / "cheeto-api.service"
+    assert "reads and writes the store" in unit.read_text()

@@ -212,6 +212,9 @@ async def test_openapi_document(client):
     assert r.status_code == 200
     doc = r.json()
     assert doc["info"]["title"] == "cheeto"
+    # the API writes (/api/v1, the dashboard): its description no longer says read-only
+    assert "read-only" not in doc["info"]["description"].lower()
+    assert "writes" in doc["info"]["description"]
     legacy = {"/puppet/root-keys/{site}", "/puppet/storage/{site}", "/healthz"}
     assert legacy <= set(doc["paths"])
     assert all(p.startswith("/api/v1/") for p in set(doc["paths"]) - legacy)
