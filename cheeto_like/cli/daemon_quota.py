@@ -22,8 +22,18 @@ log = logging.getLogger(__name__)
 
 @command("daemon", "quota-agent",
          help="keep a site's quota table on its head node: charge finished jobs, "
-              "release reservations (the site worker starts it)", store=True)
+              "release reservations (the site worker starts it)")
 async def daemon_quota_agent(args: argparse.Namespace) -> int:
+    from ..store import connect
+
+    ctx = args.ctx
+    # as the daemon's tasks connect: never start an embedded store of its own, and wait
+    # out a replica set's election (30 s) rather than fail every pass during one
+    ctx.store = await connect(ctx.config.mongo, autostart=False, long_running=True)
+    return await _serve(args)  # the runtime closes ctx.store
+
+
+async def _serve(args: argparse.Namespace) -> int:
     from ..adapters.sacct import Sacct
     from ..adapters.scontrol import SControl
     from ..daemon.quota_agent import QuotaAgent
@@ -37,8 +47,6 @@ async def daemon_quota_agent(args: argparse.Namespace) -> int:
     if not where.state.is_dir():
         raise errors.InvalidInput(f"{where.state} does not exist: run `cheeto ng site "
                                   f"enforcement install -s {site.name}` first")
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     agent = QuotaAgent(ctx.store, ctx.config, site.name, where,
                        sacct=Sacct(timeout=args.timeout), scontrol=SControl(timeout=args.timeout),
                        sync_blocks=not args.no_blocks)

@@ -22,6 +22,7 @@ from .layout import TAG, Layout
 from .table import reservations
 
 MARK = "--@@CONFIG@@"
+GENERATED = "cheeto ng site enforcement install"  # in every file install writes
 
 
 def _lua_string(value: str) -> str:
@@ -86,33 +87,55 @@ def _owner(name: str) -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
-def install(config: QuotaEnforcement, where: Layout, *, dry_run: bool = False) -> list[Step]:
+def ours(text: str) -> bool:
+    """A plugin or hook this command wrote (a re-install may replace it)."""
+    return GENERATED in text
+
+
+def install(config: QuotaEnforcement, where: Layout, *, dry_run: bool = False,
+            force: bool = False) -> list[Step]:
     """Write the plugin, the hook and the state directories (idempotent: an unchanged
-    file is left alone, so slurmctld does not reload the plugin for nothing)."""
+    file is left alone, so slurmctld does not reload the plugin for nothing). A
+    ``job_submit.lua`` or hook of the site's own is never replaced without ``force``:
+    many sites already run a submit plugin (its checks would be lost)."""
     if not where.lua.parent.is_dir():
         raise InvalidInput(f"{where.lua.parent} is not a directory (the directory of "
                            "slurm.conf: --slurm-conf)")
     uid, gid = _owner(config.slurm_user)
     steps: list[Step] = []
+    writes = []
     for path, text, mode in ((where.lua, render_lua(config, where), 0o644),
                              (where.hook, render_hook(where), 0o755)):
-        current = path.read_text() if path.is_file() else None
+        current = path.read_text(errors="replace") if path.is_file() else None
+        if current is not None and not ours(current) and not force:
+            raise InvalidInput(f"{path} exists and was not written by cheeto (the site's "
+                               "own plugin?): merge its checks, or replace it with --force")
         same = current == text and (path.stat().st_mode & 0o777) == mode
         steps.append(Step(str(path), "unchanged" if same else "write"))
-        if not same and not dry_run:
-            write_atomically(path, text, mode=mode)
+        if not same:
+            writes.append((path, text, mode))
+    if dry_run:
+        for directory in (where.state, where.spool):
+            steps.append(Step(str(directory), "unchanged" if directory.is_dir() else "mkdir"))
+        steps.append(Step(str(where.reservations),
+                          "unchanged" if where.reservations.is_file() else "create"))
+        return steps
+    if os.geteuid() not in (0, uid):
+        raise InvalidInput(f"run install as root (or as {config.slurm_user}): the state "
+                           f"directory must belong to {config.slurm_user}")
+    for path, text, mode in writes:
+        write_atomically(path, text, mode=mode)
     for directory in (where.state, where.spool):
         exists = directory.is_dir()
         steps.append(Step(str(directory), "unchanged" if exists else "mkdir"))
-        if not dry_run:
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.chown(directory, uid, gid)
-            directory.chmod(0o700)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chown(directory, uid, gid)
+        directory.chmod(0o700)
     # the plugin's file, made here with its schema (the plugin would make it too, with
     # slurmctld's umask: the 0700 directory keeps it private either way)
     exists = where.reservations.is_file()
     steps.append(Step(str(where.reservations), "unchanged" if exists else "create"))
-    if not dry_run and not exists:
+    if not exists:
         with reservations(where.reservations, (uid, gid)):
             pass
     return steps

@@ -181,3 +181,17 @@ def test_the_live_check_names_what_slurmctld_lacks(tmp_path):
     assert "jobcomp/script" in problems[2]
     other_hook = dict(good, JobCompLoc="/usr/local/bin/other")
     assert "not the hook" in missing_settings(other_hook, where.hook)[0]
+
+
+def test_install_never_replaces_a_site_plugin_it_did_not_write_without_force(tmp_path):
+    settings = QuotaEnforcement(state_dir=tmp_path / "state",
+                                slurm_user=pwd.getpwuid(os.getuid()).pw_name)
+    (tmp_path / "etc").mkdir()
+    where = layout(settings, "farm", tmp_path / "etc" / "slurm.conf")
+    where.lua.write_text("function slurm_job_submit() return slurm.SUCCESS end\n")
+    with pytest.raises(InvalidInput, match="was not written by cheeto"):
+        install(settings, where, dry_run=True)
+    assert not where.state.exists()
+    install(settings, where, force=True)
+    assert "cheeto ng site enforcement install" in where.lua.read_text()
+    assert {s.action for s in install(settings, where)} == {"unchanged"}

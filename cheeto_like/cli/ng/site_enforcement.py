@@ -40,8 +40,15 @@ def _common(parser: a.Parser) -> None:
 async def _live_problems(ctx: object, site: str, where_hook: Path) -> list[str] | None:
     from ...adapters.scontrol import SControl
     from ...enforcement.render import missing_settings, parse_show_config
+    from ...errors import ExternalError
 
-    result = await SControl(timeout=10)._run("show", "config")
+    control = SControl(timeout=10)
+    try:  # ping first: any other request to an absent controller retries for ~9 s
+        if not await control.reachable():
+            return None
+        result = await control._run("show", "config")
+    except ExternalError:  # no scontrol on this host
+        return None
     if not result.ok:
         return None
     return missing_settings(parse_show_config(result.stdout), where_hook)
@@ -101,7 +108,7 @@ async def enforcement_install(args: argparse.Namespace) -> int:
     if not conf.is_file():
         raise InvalidInput(f"{conf} is not a file (give --slurm-conf PATH)")
     where = layout(settings, site.name, conf)
-    steps = install(settings, where, dry_run=args.dry_run)
+    steps = install(settings, where, dry_run=args.dry_run, force=args.force)
     if ctx.out.machine:
         ctx.out.write_data({"site": site.name, "dry_run": args.dry_run,
                             "steps": [s.as_dict() for s in steps],
@@ -116,8 +123,8 @@ async def enforcement_install(args: argparse.Namespace) -> int:
                  f"restart):\n  {esc(lines)}")
     problems = await _live_problems(ctx, site.name, where.hook)
     if problems is None:
-        ctx.out.warn("slurmctld did not answer `scontrol show config`: cannot say what it "
-                     "lacks")
+        ctx.out.warn("no slurmctld answers here (`scontrol ping`): cannot say what the "
+                     "running one lacks")
     for line in problems or []:
         ctx.out.warn(f"the running slurmctld: {esc(line)}")
     if site.name not in settings.sites:
@@ -132,4 +139,7 @@ def _(parser: a.Parser) -> None:
     _common(parser)
     parser.add_argument("--dry-run", "-n", action="store_true",
                         help="say what would be written, write nothing")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a job_submit.lua or hook that cheeto did not write "
+                             "(the site's own checks in it are lost)")
     a.output_format(parser)
