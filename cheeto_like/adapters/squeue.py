@@ -170,3 +170,20 @@ class Squeue:
             detail = (err.strip().splitlines() or ["timed out" if code is None else ""])[0]
             raise ExternalError(f"squeue failed: {detail}")
         return parse_queue(out)
+
+
+IDS_FORMAT = "%A|%i|%u|%T"
+
+
+async def every_job(squeue: Squeue, cluster: str) -> str:
+    """``squeue -h -a -r -t all -o %A|%i|%u|%T``: every job slurmctld holds, array
+    elements one per line (the quota agent's sweep; ``enforcement.sweep.parse_queue``)."""
+    argv = [squeue.binary, "-h", "-a", "-r", "-t", "all", f"--clusters={cluster}", "-o",
+            IDS_FORMAT]
+    code, out, err, _ = await run_process(argv, time_limit=squeue.timeout,
+                                          env={**os.environ, **squeue.env},
+                                          missing=f"{squeue.binary} not found")
+    if code != 0:
+        detail = (err.strip().splitlines() or ["timed out" if code is None else ""])[0]
+        raise ExternalError(f"squeue failed: {detail}")
+    return out
