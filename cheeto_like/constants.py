@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Final, NamedTuple
 
 USER_TYPES: Final = ("user", "admin", "system", "class", "shared")
-GROUP_TYPES: Final = ("user", "access", "status", "system", "group", "admin", "class")
+GROUP_TYPES: Final = ("user", "access", "status", "system", "group", "admin", "class",
+                      "program")
 USER_STATUSES: Final = ("active", "inactive", "disabled", "offboarding")
 ACCESS_TYPES: Final = ("login-ssh", "ondemand", "compute-ssh", "root-ssh", "sudo", "slurm")
 MEMBERSHIP_ROLES: Final = ("member", "sponsor", "sudoer", "slurmer")

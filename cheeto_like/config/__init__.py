@@ -25,6 +25,7 @@ from .load import (
     resolve_profile,
 )
 from .mail import AlertsConfig, AuditConfig, MailConfig, SMTPConfig
+from .offboarding import OffboardingConfig, SiteOffboarding
 from .paths import (
     DEFAULT_PROFILE,
     PROFILED_SECTIONS,
@@ -102,6 +103,7 @@ __all__ = [
     "LDAPSyncTask",
     "MailConfig",
     "MongoConfig",
+    "OffboardingConfig",
     "PuppetSyncTask",
     "ReapTask",
     "RequestEscalateTask",
@@ -110,6 +112,7 @@ __all__ = [
     "RetentionConfig",
     "RetentionTask",
     "SMTPConfig",
+    "SiteOffboarding",
     "SiteTaskBlock",
     "SlurmConfig",
     "SlurmSyncTask",

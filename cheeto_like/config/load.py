@@ -18,6 +18,7 @@ from .base import Block, UserPath
 from .daemon import DaemonConfig
 from .ldap import LDAPConfig
 from .mail import AlertsConfig, AuditConfig, MailConfig
+from .offboarding import OffboardingConfig
 from .paths import DEFAULT_PROFILE, PROFILED_SECTIONS
 from .people import HippoConfig, IAMConfig
 from .requests import RequestsConfig
@@ -46,6 +47,7 @@ class Config(Block):
     client: ClientConfig | None = None
     requests: RequestsConfig = Field(default_factory=RequestsConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    offboarding: OffboardingConfig = Field(default_factory=OffboardingConfig)
 
 
 class _ConfigFile(BaseModel):
@@ -67,6 +69,7 @@ class _ConfigFile(BaseModel):
     client: ClientConfig | None = None
     requests: RequestsConfig = Field(default_factory=RequestsConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    offboarding: OffboardingConfig = Field(default_factory=OffboardingConfig)
 
 
 def resolve_config_path(explicit: str | os.PathLike[str] | None) -> tuple[Path, bool]:
@@ -110,7 +113,8 @@ def load_config(path: str | os.PathLike[str] | None = None, profile: str | None 
                   mail=parsed.mail, alerts=parsed.alerts, audit=parsed.audit,
                   slurm=parsed.slurm,
                   usage=parsed.usage, client=parsed.client,
-                  requests=parsed.requests, retention=parsed.retention, **picked)
+                  requests=parsed.requests, retention=parsed.retention,
+                  offboarding=parsed.offboarding, **picked)
 
 
 def _check_profile(parsed: _ConfigFile, chosen: str, file_path: Path) -> None:

@@ -42,6 +42,13 @@ mongo:
 #   task_results_days: 7          # Celery results (celery_taskmeta), by date_done
 #   # history_days: 3650          # History is kept forever unless set
 
+# offboarding:                    # global: what a reap does (ng iam reap, task reap); records
+#                                 # only, never data on disk; syncs apply it under their caps
+#   program_grace_days: 30        # a programme's members: offboarding at its end, reaped after
+#   default: {ssh_keys: keep, memberships: keep, storage: keep, storage_after_days: 30}
+#   sites:                        # per site; storage: keep | archive | remove (records expire)
+#     farm: {ssh_keys: remove, memberships: remove, storage: remove, storage_after_days: 90}
+
 # ldap:
 #   default:
 #     servers: [ldaps://ldap1.example.org, ldaps://ldap2.example.org]  # tried in order

@@ -104,6 +104,7 @@ async def audit_body(store: Store, config: Config, block: AuditTask, site: str,
         report = await run_audit(
             store, sites=block.sites, slurm_source=slurm,
             policy=Policy.of(config.slurm.root_users, config.slurm.unmanaged_accounts),
+            offboarding=config.offboarding,
             ldap=config.ldap if block.ldap else None,
             rotation_days=config.api.key_rotation_days if config.api else 90,
             unused_days=config.audit.key_unused_days if config.audit else 90,

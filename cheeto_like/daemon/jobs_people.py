@@ -3,7 +3,8 @@
 - ``hippo_process`` -> ``hippo_process_job``: handle HiPPO's pending events (post back by
   default);
 - ``iam_sync`` -> ``iam_sync_job``: sync every user/admin account with IAM;
-- ``reap`` -> ``reap_job``: deactivate offboarding users whose expiry has passed;
+- ``reap`` -> ``reap_job``: end programmes whose end has passed (members offboarding),
+  deactivate offboarding users whose expiry has passed, apply the offboarding policy;
 - ``alert_digest`` -> ``alert_digest_job``: mail the operators' digest.
 
 Each takes ``(store, config, author, options)``, where ``options`` is the task's config
@@ -86,9 +87,14 @@ async def reap_job(store: Store, config: Config, author: str,
 
     options = options or ReapTask()
     report = await reap_offboarded_users(
-        store, author, notifier=_notifier(store, author, config, options.notify))
-    return {"reaped": report.users, "notified": report.notified,
-            "notify_errors": report.notify_errors}
+        store, author, notifier=_notifier(store, author, config, options.notify),
+        offboarding=config.offboarding)
+    summary: dict[str, Any] = {"reaped": report.users, "notified": report.notified,
+                               "notify_errors": report.notify_errors}
+    for key in ("programs_ended", "without_expiry"):  # named only when there are some
+        if getattr(report, key):
+            summary[key] = getattr(report, key)
+    return summary
 
 
 async def alert_digest_job(store: Store, config: Config, author: str,

@@ -8,6 +8,7 @@ group query sees every group. Membership is never stored on the group: each
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -17,6 +18,7 @@ from .fields import GroupType, PosixName, Shorthand, SiteName, UnixId
 
 Role = Literal["member", "sponsor", "sudoer", "slurmer"]
 SPECIAL_GROUP_TYPES = ("access", "status")
+PROGRAM = "program"
 
 
 class Group(BaseDoc, LDAPSyncable):
@@ -26,6 +28,10 @@ class Group(BaseDoc, LDAPSyncable):
     gid: UnixId
     type: GroupType = "group"
     shorthand: Shorthand | None = None
+    # A programme (cohort, ``type`` "program", ``operations/program.py``): its dates.
+    # Members get ``ends_at`` as their default expiry; at the end they go offboarding.
+    starts_at: datetime | None = None
+    ends_at: datetime | None = None
 
     @model_validator(mode="after")
     def _shorthand_only_for_special(self) -> Group:
@@ -34,6 +40,8 @@ class Group(BaseDoc, LDAPSyncable):
             raise ValueError(f"{self.type} group {self.name!r} needs a shorthand")
         if not special and self.shorthand is not None:
             raise ValueError(f"only access and status groups carry a shorthand ({self.name!r})")
+        if self.type != PROGRAM and (self.starts_at is not None or self.ends_at is not None):
+            raise ValueError(f"only programmes carry start and end dates ({self.name!r})")
         return self
 
     @property

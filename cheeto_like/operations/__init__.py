@@ -12,8 +12,10 @@ from .base import Operation, get_operation, operation_names
 MODULES = (
     "auth",
     "class_users",
+    "expiry",
     "group",
     "group_membership",
+    "program",
     "request",
     "site",
     "slurm",

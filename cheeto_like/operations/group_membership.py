@@ -14,7 +14,9 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from ..errors import InvalidInput
 from ..models import Group, GroupMembership, User
 from ..models.base import select_one
-from ..models.fields import PosixName, SiteName
+from ..models.fields import PosixName, SiteName, utcnow
+from ..models.group import PROGRAM
+from ..queries.access_policy import as_utc
 from ..queries.group import get_group
 from ..queries.site import get_site
 from ..queries.user import get_user
@@ -61,15 +63,34 @@ class _MembershipOp(Operation):
                 await edge.delete(session=session)
                 edge = None
             self.changed = True
+        self.expiry_from_program = None
+        if self.adding and self.role == "member" and group.type == PROGRAM:
+            await self._program_expiry(group, user, session)
         if self.changed:
             await mark_ldap_dirty(User, [user.name], session)
             await mark_ldap_dirty(Group, [group.name], session)
         return edge
 
+    async def _program_expiry(self, group: Group, user: User,
+                              session: AsyncClientSession) -> None:
+        """A programme's new member without an expiry gets its end (an explicit expiry
+        wins); one that has ended takes no members (``operations/program.py``)."""
+        ends = as_utc(group.ends_at)
+        if ends is not None and ends <= utcnow():
+            raise InvalidInput(f"programme {group.name!r} ended {ends:%Y-%m-%d}; extend it "
+                               f"first (ng program edit -g {group.name} --end WHEN)")
+        if user.expires_at is None and ends is not None:
+            user.expires_at = ends
+            await user.save(session=session)
+            self.expiry_from_program = ends
+
     def describe(self) -> dict[str, Any]:
         a = self.args
-        return {"group": a.group, "user": a.user, "site": a.site, "role": self.role,
-                "changed": self.changed}
+        out = {"group": a.group, "user": a.user, "site": a.site, "role": self.role,
+               "changed": self.changed}
+        if self.expiry_from_program is not None:
+            out["expires_at_from_program"] = self.expiry_from_program
+        return out
 
 
 class AddGroupMember(_MembershipOp):

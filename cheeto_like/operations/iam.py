@@ -42,6 +42,7 @@ from .. import progress
 from ..adapters.http import HttpAuthError
 from ..adapters.iam import IAMBundle, IAMClient, IAMTransientError
 from ..config import IAMConfig, IAMRefresh
+from ..config.offboarding import OffboardingConfig
 from ..constants import IAM_SYNCABLE_USER_TYPES
 from ..errors import CheetoError, InvalidInput, NotFound
 from ..models import SyncRun, User, UserSiteInfo
@@ -51,7 +52,7 @@ from ..queries.iam import as_utc, find_reapable_users, iam_sync_candidates
 from ..queries.user import get_user
 from ..store import Store
 from .base import OpArgs, Operation
-from .common import mark_ldap_dirty
+from .common import mark_ldap_dirty, mark_root_key_holders_dirty
 from .notify import Notifier
 from .user import CreateUser, RenameUser
 
@@ -525,19 +526,26 @@ def user_fields_from_iam(facts: IAMFacts, fallback_email: str | None) -> dict[st
 
 class ReapOffboardedUsers(Operation):
     """Deactivate every offboarding user whose expiry has passed (one transaction, one
-    History row listing them). Group memberships, keys, storage and Slurm associations
-    stay; the user's status (inactive) is what LDAP, Slurm and puppet follow."""
+    History row listing them), then apply each one's sites' offboarding policy
+    (``policy``, the config's ``offboarding`` section; None keeps everything): SSH key
+    records deleted, group roles at a site deleted, the user's own storage records
+    given an expiry. Records only: LDAP, Slurm and the exports follow at their next
+    sync, under its deletion cap and daily budget; no data on disk is touched. The
+    user's status (inactive) is what LDAP, Slurm and puppet follow."""
 
     op_name = "reap_offboarded_users"
 
     class Args(OpArgs):
         now: datetime
+        policy: OffboardingConfig | None = None
 
     async def execute(self, session: AsyncClientSession) -> list[User]:
-        now = as_utc(self.args.now)  # type: ignore[attr-defined]
+        a = self.args
+        now = as_utc(a.now)  # type: ignore[attr-defined]
         assert now is not None
         self.reaped: list[User] = []
         self.cleared: dict[str, list[str]] = {}
+        self.applied: dict[str, dict[str, Any]] = {}
         for user in await find_reapable_users(now, session):
             user.status = "inactive"
             user.comments.append(_comment("inactive", f"offboarding expired "
@@ -547,11 +555,48 @@ class ReapOffboardedUsers(Operation):
             if sites:
                 self.cleared[user.name] = sites
             self.reaped.append(user)
+        if a.policy is not None and self.reaped:
+            await self._apply_policy(a.policy, now, session)
         return self.reaped
+
+    async def _apply_policy(self, policy: OffboardingConfig, now: datetime,
+                            session: AsyncClientSession) -> None:
+        from ..models import Group
+        from ..queries.offboarding import policy_plan
+
+        groups: set[str] = set()
+        for plan in await policy_plan([u.name for u in self.reaped], policy, now, session):
+            done: dict[str, Any] = {}
+            for key in plan.keys:
+                await key.delete(session=session)
+            if plan.keys:
+                done["ssh_keys_removed"] = len(plan.keys)
+            for sp in plan.sites:
+                for edge in sp.edges:
+                    await edge.delete(session=session)
+                    groups.add(edge.group)
+                if sp.edges:
+                    done.setdefault("memberships_removed", {})[sp.site] = sorted(
+                        f"{e.group}:{','.join(e.roles)}" for e in sp.edges)
+                for storage in sp.storages:
+                    storage.expires_at = sp.storage_expires_at
+                    await storage.save(session=session)
+                if sp.storages:
+                    done.setdefault("storage_expires", {})[sp.site] = {
+                        "at": sp.storage_expires_at,
+                        "records": sorted(s.name for s in sp.storages)}
+            if plan.keys or done.get("memberships_removed"):
+                await mark_ldap_dirty(User, [plan.user], session)
+            if done:
+                self.applied[plan.user] = done
+        if groups:
+            await mark_ldap_dirty(Group, groups, session)
+        if any("ssh_keys_removed" in d for d in self.applied.values()):
+            await mark_root_key_holders_dirty(session)
 
     def describe(self) -> dict[str, Any]:
         return {"now": self.args.now, "reaped": [u.name for u in self.reaped],  # type: ignore[attr-defined]
-                "cleared_site_statuses": self.cleared}
+                "cleared_site_statuses": self.cleared, "policy_applied": self.applied}
 
 
 @dataclass
@@ -560,19 +605,41 @@ class ReapReport:
     dry_run: bool
     notified: int = 0
     notify_errors: int = 0
+    programs_ended: dict[str, list[str]] = field(default_factory=dict)
+    policy: list[dict[str, Any]] = field(default_factory=list)  # rows per user and site
+    without_expiry: list[str] = field(default_factory=list)
 
 
 async def reap_offboarded_users(store: Store, author: str | None, *,
                                 now: datetime | None = None, dry_run: bool = False,
-                                notifier: Notifier | None = None) -> ReapReport:
-    """The reaper; ``dry_run`` lists exactly whom a real run at the same ``now`` would
-    deactivate (the same query), changing nothing."""
+                                notifier: Notifier | None = None,
+                                offboarding: OffboardingConfig | None = None) -> ReapReport:
+    """The reaper: first programmes that ended send their members offboarding
+    (``program.EndPrograms``, own transaction, grace ``offboarding.program_grace_days``),
+    then offboarding users past their expiry are deactivated and the sites'
+    offboarding policy applied (``ReapOffboardedUsers``). ``dry_run`` lists exactly what
+    a real run at the same ``now`` would do (the same queries), changing nothing; the
+    report also names offboarding users without an expiry (never reaped)."""
+    from ..queries.offboarding import offboarding_without_expiry, policy_plan
+    from ..queries.program import due_program_members
+    from .program import EndPrograms
+
     now = as_utc(now) or utcnow()
+    offboarding = offboarding or OffboardingConfig()
+    unexpiring = [u.name for u in await offboarding_without_expiry()]
+    ended: dict[str, list[str]] = await due_program_members(now)
+    if ended and not dry_run:
+        ended = await EndPrograms.run(store, author, now=now,
+                                      grace_days=offboarding.program_grace_days)
     due = await find_reapable_users(now)
+    rows = [r for p in await policy_plan([u.name for u in due], offboarding, now)
+            for r in p.rows()]
     if dry_run or not due:
-        return ReapReport([u.name for u in due], dry_run=dry_run)
-    reaped = await ReapOffboardedUsers.run(store, author, now=now)
-    report = ReapReport([u.name for u in reaped], dry_run=False)
+        return ReapReport([u.name for u in due], dry_run=dry_run, programs_ended=ended,
+                          policy=rows, without_expiry=unexpiring)
+    reaped = await ReapOffboardedUsers.run(store, author, now=now, policy=offboarding)
+    report = ReapReport([u.name for u in reaped], dry_run=False, programs_ended=ended,
+                        policy=rows, without_expiry=unexpiring)
     if notifier is not None:
         for user in reaped:
             ok = await notifier.send("account_deactivated", [user.email],

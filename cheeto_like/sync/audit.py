@@ -31,6 +31,7 @@ from datetime import datetime
 from typing import Protocol
 
 from ..config import LDAPConfig
+from ..config.offboarding import OffboardingConfig
 from ..errors import CheetoError
 from ..models import AuditFinding, AuditRun, User, UserSiteInfo
 from ..models.fields import utcnow
@@ -45,6 +46,7 @@ from ..queries.audit import (
     severity_rank,
     store_findings,
 )
+from ..queries.offboarding import offboarding_findings
 from ..queries.site import get_site, list_sites
 from ..queries.user import effective_status
 from ..store import Store
@@ -193,6 +195,7 @@ async def run_audit(store: Store, *, sites: list[str] | None = None,
                     ldap: LDAPConfig | None = None, rotation_days: int = 90,
                     unused_days: int = 90, key_grace_days: int = 7,
                     author: str | None = None,
+                    offboarding: OffboardingConfig | None = None,
                     now: datetime | None = None) -> AuditReport:
     """Audit ``sites`` (default: every site) and store the run. Slurm is read with the
     local ``slurm`` reader, or through ``slurm_source`` (each site's worker); neither,
@@ -211,6 +214,8 @@ async def run_audit(store: Store, *, sites: list[str] | None = None,
     findings += await quota_findings(names, now)
     findings += await api_key_findings(rotation_days=rotation_days, unused_days=unused_days,
                                        grace_days=key_grace_days)
+    # offboarding users never reaped; reaped users the site's policy is not met for
+    findings += await offboarding_findings(names, now, offboarding)
     sources["store"] = "ok"
     if slurm_source is not None:
         await slurm_source.begin(names, now)  # every site reads at once; waited for below

@@ -44,7 +44,7 @@ async def test_sync_all_with_notify_then_reap_dry_run_and_reap(cli, people, iam,
     assert bob.status == "offboarding" and bob.expires_at <= utcnow() + timedelta(seconds=5)
 
     r = await cli("ng", "iam", "reap", "--dry-run", "--json", config=people_cli_config)
-    assert r.code == 0 and [u["user"] for u in r.json()] == ["bob"]
+    assert r.code == 0 and [u["user"] for u in r.json()["due"]] == ["bob"]
     assert (await reload_user("bob")).status == "offboarding"
     r = await cli("ng", "iam", "reap", config=people_cli_config)  # no terminal, no --force
     assert r.code == 2 and "not confirmed" in r.stderr

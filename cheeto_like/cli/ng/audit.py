@@ -36,6 +36,7 @@ async def audit_run(args: argparse.Namespace) -> int:
     report = await run_audit(
         ctx.require_store(), sites=args.site, slurm=slurm,
         policy=Policy.of(config.slurm.root_users, config.slurm.unmanaged_accounts),
+        offboarding=config.offboarding,
         ldap=ldap, rotation_days=config.api.key_rotation_days if config.api else 90,
         unused_days=audit.key_unused_days if audit else 90,
         key_grace_days=config.api.key_new_grace_days if config.api else 7, author=ctx.author)

@@ -139,27 +139,67 @@ def _reap_rows(users: list[Any]) -> list[dict[str, Any]]:
     return [{"user": u.name, "email": u.email, "expires_at": u.expires_at} for u in users]
 
 
+POLICY_COLUMNS = ["user", "site", "ssh_keys", "memberships", "storage", "slurm"]
+
+
+def _reap_preview(ctx: Context, report: Any, due: list[Any], dry_run: bool) -> None:
+    """What the reap does: programmes ending, whom it deactivates, the offboarding
+    policy per user and site, and the offboarding users it never reaps."""
+    tag = " [dry run]" if dry_run else ""
+    if report.programs_ended:
+        rows = [{"program": p, "members": len(u), "users": ", ".join(u)}
+                for p, u in sorted(report.programs_ended.items())]
+        ctx.out.table(rows, title=f"Programmes ended: members go offboarding{tag}",
+                      columns=["program", "members", "users"])
+    ctx.out.table(_reap_rows(due), title=f"Users due for deactivation (count={len(due)})"
+                  + tag, columns=["user", "email", "expires_at"])
+    if report.policy:
+        ctx.out.table(report.policy, title=f"Offboarding policy (config offboarding){tag}",
+                      columns=POLICY_COLUMNS)
+    if report.without_expiry:
+        ctx.out.warn(f"{len(report.without_expiry)} offboarding user(s) have no expiry and "
+                     f"are never reaped: {esc(', '.join(report.without_expiry))} (set one: "
+                     "cheeto ng user expire -u USER --at WHEN)")
+
+
 @command("ng", "iam", "reap", help="deactivate offboarding users whose expiry has passed "
                                    "(--dry-run: list them)", store=True)
 async def iam_reap(args: argparse.Namespace) -> None:
     ctx = args.ctx
     notifier = None if args.dry_run else _notifier(ctx, args.notify)
     now = utcnow()
+    store = ctx.require_store()
+    offboarding = ctx.config.offboarding
+    preview = await reap_offboarded_users(store, ctx.author, now=now, dry_run=True,
+                                          offboarding=offboarding)
     due = await find_reapable_users(now)
-    title = f"Users due for deactivation (count={len(due)})"
-    if args.dry_run or not due:
-        ctx.out.table(_reap_rows(due), title=title + (" [dry run]" if args.dry_run else ""),
-                      columns=["user", "email", "expires_at"])
+    if args.dry_run:
+        if ctx.out.machine:
+            ctx.out.write_data({"due": _reap_rows(due), "programs_ended":
+                                preview.programs_ended, "policy": preview.policy,
+                                "without_expiry": preview.without_expiry})
+        else:
+            _reap_preview(ctx, preview, due, True)
+        return
+    if not due and not preview.programs_ended:
+        if not ctx.out.machine:
+            _reap_preview(ctx, preview, due, False)
         return
     if not ctx.out.machine:
-        ctx.out.table(_reap_rows(due), title=title, columns=["user", "email", "expires_at"])
-    if not ctx.confirm(f"Deactivate {len(due)} user(s)?", force=args.force):
+        _reap_preview(ctx, preview, due, False)
+    if not ctx.confirm(f"End {len(preview.programs_ended)} programme(s), deactivate "
+                       f"{len(due)} user(s) and apply the offboarding policy?",
+                       force=args.force):
         raise InvalidInput("not confirmed (use --force without a terminal)")
-    report = await reap_offboarded_users(ctx.require_store(), ctx.author, now=now,
-                                         notifier=notifier)
+    report = await reap_offboarded_users(store, ctx.author, now=now, notifier=notifier,
+                                         offboarding=offboarding)
     if ctx.out.machine:
-        ctx.out.write_data({"reaped": report.users, "notified": report.notified,
-                            "notify_errors": report.notify_errors})
+        data: dict[str, Any] = {"reaped": report.users, "notified": report.notified,
+                                "notify_errors": report.notify_errors}
+        for key in ("programs_ended", "without_expiry"):
+            if getattr(report, key):
+                data[key] = getattr(report, key)
+        ctx.out.write_data(data)
     else:
         ctx.out.success(f"deactivated {len(report.users)} user(s): "
                         f"{esc(', '.join(report.users) or 'none')}")
