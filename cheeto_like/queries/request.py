@@ -119,6 +119,12 @@ class QueueRow:
     sla: SlaState
     escalated: bool = False
     detail: dict[str, Any] = field(default_factory=dict)
+    ended: bool = False  # done, denied or closed: no time left, no breach to show
+
+    @property
+    def open_breach(self) -> bool:
+        """Past its SLA and still open (an ended request has no breach to act on)."""
+        return self.sla.breached and not self.ended
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "source": self.source, "kind": self.kind,
@@ -128,7 +134,7 @@ class QueueRow:
                 "age": format_age(self.sla.age), "age_s": int(self.sla.age.total_seconds()),
                 "due": self.sla.due, "left": format_days(self.sla.left_days),
                 "left_days": round(self.sla.left_days, 3), "breached": self.sla.breached,
-                "escalated": self.escalated}
+                "escalated": self.escalated, "ended": self.ended}
 
 
 def _epoch_dt(epoch: int) -> datetime:
@@ -142,7 +148,8 @@ def request_row(request: Request, config: RequestsConfig, calendar: Calendar,
     state = sla_state(calendar, created, target_days(config, request.kind), now, closed)
     return QueueRow(str(request.number), "cheeto", request.kind, request.status, request.site,
                     request.group, request.user, request.requester, request.next_step,
-                    created, state, request.escalated_epoch is not None)
+                    created, state, request.escalated_epoch is not None,
+                    ended=request.status != "pending" or closed is not None)
 
 
 def _hippo_row(event: HippoEvent, config: RequestsConfig, calendar: Calendar,
@@ -163,7 +170,8 @@ def _hippo_row(event: HippoEvent, config: RequestsConfig, calendar: Calendar,
                     event.site or event.cluster or None, ", ".join(groups) or None,
                     event.target_user or event.target_username, event.sponsor_username,
                     "hippo" if event.status == "Pending" else None, created, state,
-                    detail={"error": event.last_error, "tries": event.n_tries})
+                    detail={"error": event.last_error, "tries": event.n_tries},
+                    ended=closed is not None)
 
 
 def triage_key(row: QueueRow) -> tuple[Any, ...]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..factories import make_group, make_site, make_user
+from ..factories import home_defaults, make_group, make_site, make_user
 
 
 async def test_site_option_takes_aliases_and_any_case(cli, db):
@@ -63,3 +63,16 @@ async def test_api_help_and_unit_do_not_call_the_api_read_only(cli):
     assert "read-only" not in text and "/api/v1 reads and writes" in text
     unit = Path(__file__).parents[2] / "deploy" / "systemd" / "cheeto-api.service"
     assert "reads and writes the store" in unit.read_text()
+
+
+async def test_class_help_says_the_padding_the_names_get(cli, db):
+    r = await cli("ng", "user", "new", "class", "--help")
+    text = " ".join(r.stdout.split())
+    assert "-n 9: <prefix>-1 … <prefix>-9; -n 30: <prefix>-01 … <prefix>-30" in text
+    await make_site(db, "farm")
+    await home_defaults(db)
+    r = await cli("ng", "user", "new", "class", "-s", "farm", "--prefix", "matsx", "-n", "3",
+                  "--expires-at", "+30d")
+    assert r.code == 0, r.stderr
+    assert [line.split()[0] for line in r.stdout.splitlines()] == [
+        "matsx-1", "matsx-2", "matsx-3"]

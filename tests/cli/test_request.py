@@ -114,3 +114,24 @@ async def test_deny_and_bad_input(lab, cli):
         assert r.code == 2, (argv, r.stderr)
         assert message in r.stderr and len(r.error_lines) == 1, r.stderr
     assert await snapshot() == before
+
+
+async def test_ended_requests_show_no_time_left_or_breach(lab, cli):
+    """`--status all` lists ended requests too: they have no time left and no breach
+    (issue 28); a late one that is still open keeps both."""
+    for _ in range(2):
+        await cli("ng", "request", "new", "join", "-s", "farm", "-g", "lab", "-u", "dave",
+                  "--author", "dave")
+    for number in (1, 2):
+        old = await Request.find_one({"number": number})
+        old.created_epoch = int(time.time()) - 9 * 86400
+        await old.save()
+    r = await cli("ng", "request", "deny", "1", "--author", "bob", "--reason", "too late")
+    assert r.code == 0, r.stderr
+    r = await cli("ng", "request", "list", "--status", "all", "--json")
+    rows = {row["id"]: row for row in r.json()}
+    assert rows["1"]["status"] == "denied" and rows["1"]["ended"] is True
+    assert rows["1"]["left"] is None and rows["1"]["breached"] is None
+    assert rows["2"]["breached"] is True and rows["2"]["left"].startswith("-")
+    r = await cli("ng", "request", "list", "--status", "all")
+    assert r.code == 0 and "breached=1" in r.stderr

@@ -138,11 +138,19 @@ async def request_list(args: argparse.Namespace) -> None:
                                user=args.user, breached=args.breached,
                                include_hippo=not args.no_hippo, triage=args.triage,
                                limit=args.limit)
-    data = [r.as_dict() for r in rows]
-    breached = sum(1 for r in rows if r.sla.breached)
+    data = [_queue_dict(r) for r in rows]
+    breached = sum(1 for r in rows if r.open_breach)
     title = f"requests (count={len(rows)}, breached={breached})"
     ctx.out.table(data, title=title + (" — triage order" if args.triage else ""),
                   columns=QUEUE_COLUMNS)
+
+
+def _queue_dict(row: Any) -> dict[str, Any]:
+    """A queue row; an ended request shows no time left and no breach (issue 28)."""
+    data = row.as_dict()
+    if row.ended:
+        data |= {"left": None, "left_days": None, "breached": None}
+    return data
 
 
 @request_list.args()

@@ -278,7 +278,10 @@ def _write_new_file(path: Path, text: str) -> None:
 @user_new_class.args()
 def _(parser: a.Parser) -> None:
     a.site(parser)
-    parser.add_argument("--prefix", required=True, help="names become <prefix>-01, …")
+    parser.add_argument("--prefix", required=True,
+                        help="names become <prefix>-N, N zero-padded to the width of --count "
+                             "(-n 9: <prefix>-1 … <prefix>-9; -n 30: <prefix>-01 … "
+                             "<prefix>-30)")
     parser.add_argument("--count", "-n", type=int, required=True,
                         help="how many accounts to create (at most 2000)")
     parser.add_argument("--expires-at", required=True, metavar="WHEN",
