@@ -254,3 +254,57 @@ async def test_client_block_of_the_config(cli, setup, api_env, monkeypatch, tmp_
     assert r.code == 0, r.stderr
     r = await cli("me", "--json", config=with_client)
     assert r.code == 0 and r.json()["name"] == "alice"
+
+
+async def test_admins_grant_revoke_and_list_roles_through_the_client(cli, setup, api_env):  # type: ignore[no-untyped-def]
+    """``cheeto role …`` (issue 28 item 8): the API's /roles, from a login node."""
+    config = setup[0]
+    r = await cli("login", "-u", "adam", "--password-stdin", stdin=PASSWORDS["adam"],
+                  config=config)
+    assert r.code == 0, r.stderr
+    r = await cli("role", "grant", "-u", "carl", "--role", "manager", "-A", "proj", "-A", "lab",
+                  config=config)
+    assert r.code == 0, r.stderr
+    assert r.stdout == "" and "carl is manager of lab, proj" in r.stderr
+    row = await History.find({"op": "grant_role"}).sort(-History.timestamp).first_or_none()
+    assert row is not None and row.author == "adam" and row.changes["user"] == "carl"
+    r = await cli("role", "list", "-u", "carl", "--json", config=config)
+    assert r.code == 0, r.stderr
+    assert [g for g in r.json() if g["via"] == "grant"] == [
+        {"user": "carl", "role": "manager", "accounts": ["lab", "proj"], "via": "grant"}]
+    r = await cli("role", "list", "--yaml", config=config)
+    assert r.code == 0 and "role: admin" in r.stdout and "user: adam" in r.stdout
+    r = await cli("role", "list", config=config)
+    assert r.code == 0 and r.stdout == "" and "carl" in r.stderr and "roles (" in r.stderr
+    r = await cli("role", "revoke", "-u", "carl", "--role", "manager", "-A", "lab",
+                  config=config)
+    assert r.code == 0 and "carl manages proj" in r.stderr, r.stderr
+    r = await cli("role", "revoke", "-u", "carl", "--role", "manager", config=config)
+    assert r.code == 0 and "carl is no longer manager" in r.stderr, r.stderr
+    r = await cli("role", "list", "-u", "carl", "--json", config=config)
+    assert [g for g in r.json() if g["via"] == "grant"] == []
+    # bad input: one line, exit 2, nothing written
+    before = await History.find({}).count()
+    for argv, words in [
+        (("role", "grant", "-u", "carl", "--role", "manager"), "--account"),
+        (("role", "revoke", "-u", "carl", "--role", "manager"), "does not have the role"),
+        (("role", "grant", "-u", "ghost", "--role", "operator"), "ghost"),
+        (("role", "grant", "-u", "carl", "--role", "king"), "invalid choice"),
+        (("role", "revoke", "-u", "bad name", "--role", "admin"), "user"),
+    ]:
+        r = await cli(*argv, config=config)
+        assert r.code == 2 and words in r.stderr, (argv, r.stderr)
+        assert r.stdout == "" and "Traceback" not in r.stderr
+    assert await History.find({}).count() == before
+    # a person who is not an admin: the API's 403 as one plain line
+    r = await cli("login", "-u", "olga", "--password-stdin", stdin=PASSWORDS["olga"],
+                  config=config)
+    assert r.code == 0, r.stderr
+    for argv in (("role", "list"), ("role", "grant", "-u", "carl", "--role", "operator"),
+                 ("role", "revoke", "-u", "adam", "--role", "admin")):
+        r = await cli(*argv, config=config)
+        assert r.code == 2 and r.stdout == "", r.stderr
+        assert r.stderr.strip().splitlines() == [r.stderr.strip()]
+        assert "olga may not role:" in r.stderr and "Traceback" not in r.stderr
+        assert "[" not in r.stderr  # plain, no markup
+    assert await History.find({}).count() == before
