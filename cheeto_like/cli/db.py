@@ -94,6 +94,12 @@ async def db_status(args: argparse.Namespace) -> int:
         store = await connect(mongo, autostart=False, create_indexes=False)
     except CheetoError as exc:
         data |= {"answers": False, "error": exc.message}
+        if mongo.is_embedded and _fresh(_server(args).data_dir):
+            # a fresh home: nothing is wrong, there is just no store yet
+            del data["error"]
+            data |= {"state": "not created yet",
+                     "note": "the embedded store is created and started on first use (any "
+                             "command that needs it), or now with `cheeto db serve`"}
     else:
         from ..queries.imports import describe, unfinished_imports
 
@@ -114,7 +120,16 @@ async def db_status(args: argparse.Namespace) -> int:
     if not ctx.out.machine:
         for line in data.get("unfinished_class_batches") or []:
             ctx.out.warn(esc(line))
-    return 0 if data["answers"] else 1
+    return 0 if data["answers"] or data.get("state") == "not created yet" else 1
+
+
+def _fresh(path: Path) -> bool:
+    """No embedded store was ever made here (no data directory, or one without the
+    marker or any database file)."""
+    from ..store_files import marker_path
+
+    return not path.exists() or (not marker_path(path).exists()
+                                 and not any(path.glob("*.db")))
 
 
 @db_status.args()

@@ -64,9 +64,24 @@ async def test_db_status_when_down(cli, tmp_path):
     cfg = tmp_path / "down.yaml"
     cfg.write_text(f"mongo:\n  default:\n    embedded:\n      path: {tmp_path}/store\n"
                    "      port: 1\n")
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "cheeto.db").write_bytes(b"")  # a store was made here once
     r = await cli("db", "status", "--json", config=cfg)
     assert r.code == 1
     assert r.json()["answers"] is False
+
+
+async def test_db_status_on_a_fresh_home_says_the_store_starts_on_first_use(cli, tmp_path):
+    cfg = tmp_path / "fresh.yaml"
+    cfg.write_text(f"mongo:\n  default:\n    embedded:\n      path: {tmp_path}/store\n")
+    r = await cli("db", "status", "--json", config=cfg)
+    assert r.code == 0, r.stderr
+    data = r.json()
+    assert data["answers"] is False and data["state"] == "not created yet"
+    assert "started on first use" in data["note"] and "error" not in data
+    assert not (tmp_path / "store").exists()  # asking created nothing
+    r = await cli("db", "status", config=cfg)
+    assert r.code == 0 and "started on first use" in " ".join(r.stderr.split())
 
 
 def test_db_serve_runs_the_embedded_store_in_the_foreground(tmp_path):
