@@ -56,7 +56,8 @@ def out_of_quota(table: qtable.Table) -> frozenset[tuple[str, str]]:
     """Who the backstop blocks: used has reached a quota (as ``sync.slurm_quota``)."""
     return frozenset((s.kind, s.name) for s in table.subjects
                      if (s.cpu_quota is not None and s.cpu_used >= s.cpu_quota)
-                     or (s.gpu_quota is not None and s.gpu_used >= s.gpu_quota))
+                     or (s.gpu_quota is not None and s.gpu_used >= s.gpu_quota)
+                     or (s.budget is not None and s.money_used >= s.budget))
 
 
 @dataclass
@@ -102,6 +103,12 @@ class QuotaAgent:
             return None
         return entry.pw_uid, entry.pw_gid
 
+    def _seed(self) -> dict[str, tuple[float, float]]:
+        """The config's rate card of the site (``usage.rates``, the seed)."""
+        from ..queries.usage import config_seed
+
+        return config_seed(self.config.usage, self.site)
+
     async def one_pass(self) -> PassReport:
         report = PassReport()
         if self._cluster is None:
@@ -111,7 +118,7 @@ class QuotaAgent:
         charged = None
         if entries:
             charged = await charge_spool(self.store, self.site, self._cluster, entries,
-                                         self.sacct)
+                                         self.sacct, seed=self._seed())
             report.charged, report.waiting = charged.jobs, charged.waiting
         generation = site_generation(await all_generations(), self.site)
         now = time.time()
@@ -120,7 +127,8 @@ class QuotaAgent:
                or (self._next_change is not None and utcnow() >= self._next_change)
                or not self.where.table.is_file())
         if due:
-            built = await build_table(self.site, datetime.now(UTC))
+            built = await build_table(self.site, datetime.now(UTC), seed=self._seed(),
+                                      currency=self.config.usage.currency)
             fingerprint = built.table.fingerprint()
             if fingerprint != self._fingerprint or not self.where.table.is_file():
                 qtable.write_table(self.where.table, built.table, owner=self._owner())

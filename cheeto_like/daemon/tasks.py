@@ -261,10 +261,12 @@ async def _usage(store: Store, config: Config, block: UsageCollectTask, site: st
                  author: str) -> dict[str, Any]:
     from ..adapters.sacct import Sacct
     from ..operations.usage import collect
+    from ..queries.usage import config_seed
 
     report = await collect(store, site, sacct=Sacct(binary=block.sacct,
                                                     timeout=block.timeout_seconds),
-                           overlap=timedelta(minutes=config.usage.overlap_minutes))
+                           overlap=timedelta(minutes=config.usage.overlap_minutes),
+                           seed=config_seed(config.usage, site))
     summary = {key: (value.isoformat() if hasattr(value, "isoformat") else value)
                for key, value in report.as_dict().items()}
     if block.notify and config.mail is not None:

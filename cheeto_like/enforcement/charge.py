@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..adapters.sacct import Sacct, by_ids
 from ..operations.usage import IngestCounts, ingest
-from ..queries.usage import factor_table
+from ..queries.usage import factor_table, rate_table
 from ..store import Store
 from .layout import TAG
 
@@ -83,16 +84,19 @@ class Charged:
 
 async def charge_spool(store: Store, site: str, cluster: str, entries: list[SpoolEntry],
                        sacct: Sacct, *, give_up: float = GIVE_UP_SECONDS,
-                       batch: int = 200) -> Charged:
+                       batch: int = 200,
+                       seed: Mapping[str, tuple[float, float]] | None = None) -> Charged:
     """Charge the jobs of ``entries`` that sacct calls finished. Files are *not*
-    removed here: the caller removes ``done`` once the table shows the charge."""
+    removed here: the caller removes ``done`` once the table shows the charge. ``seed``:
+    the config's rate card (``queries.usage.config_seed``), as ``collect`` prices."""
     out = Charged()
     factors = await factor_table(site)
+    rates = await rate_table(site, seed)
     for start in range(0, len(entries), batch):
         part = entries[start:start + batch]
         tagged = await by_ids(sacct, cluster, [e.job_id for e in part])
         finished = {job.job_id: job for job in tagged.jobs if job.cluster in (cluster, "")}
-        counts = await ingest(store, site, finished.values(), factors)
+        counts = await ingest(store, site, finished.values(), factors, rates=rates)
         for name in ("seen", "inserted", "replaced", "unchanged", "queries"):
             setattr(out.counts, name, getattr(out.counts, name) + getattr(counts, name))
         for job_id, job in finished.items():

@@ -2,18 +2,21 @@
 
 One call of ``queries.quota.quota_status`` for the whole site (a constant number of
 queries: quotas, defaults, adjustments, one ledger aggregation per period window), plus
-the site's GPU factors. Everyone with a quota of their own, usage in their period, or
-an adjustment gets a row; anyone else gets the defaults with nothing used.
+the site's GPU factors and rates in force (issue 28: money used and budgets ride on the
+same rows, the rates price a request in the plugin). Everyone with a quota of their own,
+usage in their period, or an adjustment gets a row; anyone else gets the defaults with
+nothing used.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 from ..models.quota import Quota, QuotaAdjustment, QuotaDefaults
 from ..queries.quota import quota_status
-from ..queries.usage import factor_table
+from ..queries.usage import factor_table, rate_table
 from .table import SubjectRow, Table
 
 
@@ -29,7 +32,10 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-async def build_table(site: str, now: datetime) -> Built:
+async def build_table(site: str, now: datetime, *,
+                      seed: Mapping[str, tuple[float, float]] | None = None,
+                      currency: str = "") -> Built:
+    """``seed``: the config's rate card of the site (``queries.usage.config_seed``)."""
     adjusted = await QuotaAdjustment.get_pymongo_collection().distinct(
         "user", {"site": site, "user": {"$ne": None}})
     adjusted_accounts = await QuotaAdjustment.get_pymongo_collection().distinct(
@@ -37,7 +43,8 @@ async def build_table(site: str, now: datetime) -> Built:
     also = [("user", u) for u in adjusted] + [("account", a) for a in adjusted_accounts]
     statuses = await quota_status(site, now, also=also)
     subjects = tuple(SubjectRow(s.kind, s.name, _round(s.cpu.quota), _round(s.gpu.quota),
-                                round(s.cpu.used, 4), round(s.gpu.used, 4))
+                                round(s.cpu.used, 4), round(s.gpu.used, 4),
+                                _round(s.budget.quota), round(s.budget.used, 4))
                      for s in statuses)
     defaults_doc = await QuotaDefaults.find_one({"site": site})
     defaults = tuple(
@@ -48,6 +55,11 @@ async def build_table(site: str, now: datetime) -> Built:
     factors = tuple(sorted((kind, factors_table.factor(kind, now))
                            for kind, versions in factors_table.versions.items()
                            if any(since <= now for since, _ in versions)))
+    budgets = tuple((kind, _round(getattr(defaults_doc, f"{kind}_budget", None)))
+                    for kind in ("user", "account"))
+    rates_table = await rate_table(site, seed)
+    rates = tuple(sorted((part, cpu, gpu)
+                         for part, (cpu, gpu) in rates_table.in_force(now).items()))
     ends = [s.end for s in statuses]
     if defaults_doc is not None:
         ends.append(defaults_doc.window(now)[1])
@@ -55,5 +67,8 @@ async def build_table(site: str, now: datetime) -> Built:
         ends.append(quota.window(now)[1])
     for versions in factors_table.versions.values():
         ends.extend(since for since, _ in versions if since > now)
+    for rate_versions in rates_table.versions.values():
+        ends.extend(since for since, _, _ in rate_versions if since > now)
     future = [end for end in ends if end > now]
-    return Built(Table(site, subjects, defaults, factors), min(future) if future else None)
+    return Built(Table(site, subjects, defaults, factors, rates, budgets, currency),
+                 min(future) if future else None)

@@ -12,6 +12,11 @@ or size), for the job's user and for its account, for CPU and for GPU minutes:
   + this request (CPUs x time limit; GPUs x time limit x type factor; x array elements)
   > quota                                       -> the job is refused, with a message
 
+and, for a budget in money (issue 28), the same sum in the site's currency: money used
+(the ledger's cost + money adjustments) + reserved (each accepted job's cost_each) + this
+request's cost (CPU-hours x cpu_hour + GPU-hours x gpu_hour at the rate in force now of
+the job's partition, the dearest of several, '*' for one without a rate) > budget.
+
 Why it reads files and never the network: slurmctld holds its job lock while a plugin
 runs, so a slow store or a network timeout would stall every submission of the
 cluster. The table (CONFIG.table) is written by the site worker with an atomic rename
@@ -126,6 +131,19 @@ local function partition_minutes(names, part_list)
   return longest
 end
 
+-- The partitions a job may run in: those it names, else the default one ({} if none)
+local function partitions_of(names, part_list)
+  local found = {}
+  if names ~= nil and names ~= "" then
+    for name in string.gmatch(names, "[^,]+") do table.insert(found, name) end
+    return found
+  end
+  for name, part in pairs(part_list or {}) do
+    if part.flag_default == 1 then table.insert(found, part.name or name) end
+  end
+  return found
+end
+
 -- The shape of one element: cpus, minutes, {type, count} GPUs (the job's whole count)
 local function shape(fields, part_list)
   local nodes = number_or_nil(fields.min_nodes) or 1
@@ -195,9 +213,25 @@ local function open_reservations()
   exec(dbh, "PRAGMA journal_mode=WAL")
   exec(dbh, "CREATE TABLE IF NOT EXISTS reservations (id TEXT PRIMARY KEY, user TEXT NOT NULL,"
     .. " account TEXT NOT NULL, cpu_each REAL NOT NULL, gpu_each REAL NOT NULL,"
-    .. " count INTEGER NOT NULL, created INTEGER NOT NULL)")
+    .. " count INTEGER NOT NULL, created INTEGER NOT NULL, cost_each REAL NOT NULL DEFAULT 0)")
   exec(dbh, "CREATE INDEX IF NOT EXISTS reservations_user ON reservations(user)")
   exec(dbh, "CREATE INDEX IF NOT EXISTS reservations_account ON reservations(account)")
+  -- a file from before budgets has no cost_each: add it (the worker may have added it
+  -- first, so a failed ALTER is looked at again, not raised)
+  local has_cost = false
+  for _, column in ipairs(rows(dbh, "PRAGMA table_info(reservations)")) do
+    if column.name == "cost_each" then has_cost = true end
+  end
+  if not has_cost then
+    local added = pcall(exec, dbh, "ALTER TABLE reservations ADD COLUMN cost_each REAL"
+      .. " NOT NULL DEFAULT 0")
+    if not added then
+      for _, column in ipairs(rows(dbh, "PRAGMA table_info(reservations)")) do
+        if column.name == "cost_each" then has_cost = true end
+      end
+      if not has_cost then error("cannot add cost_each to " .. CONFIG.reservations) end
+    end
+  end
   reservations_db = dbh
   return dbh
 end
@@ -219,21 +253,29 @@ local function read_table(user, account)
       return nil, string.format("the quota table is %d s old (more than %d s)", age,
                                 CONFIG.max_age)
     end
-    local t = {subjects = {}, factors = {}, period = meta.period or ""}
-    for _, row in ipairs(rows(dbh, "SELECT kind, name, cpu_quota, gpu_quota, cpu_used,"
-        .. " gpu_used FROM subjects WHERE (kind = 'user' AND name = " .. quote(user)
-        .. ") OR (kind = 'account' AND name = " .. quote(account) .. ")")) do
+    local t = {subjects = {}, factors = {}, rates = {}, period = meta.period or "",
+               currency = meta.currency or ""}
+    -- SELECT *: a table from before budgets has no budget columns (nil: no budget)
+    for _, row in ipairs(rows(dbh, "SELECT * FROM subjects WHERE (kind = 'user' AND name = "
+        .. quote(user) .. ") OR (kind = 'account' AND name = " .. quote(account) .. ")")) do
       t.subjects[row.kind] = row
     end
-    for _, row in ipairs(rows(dbh, "SELECT kind, cpu_quota, gpu_quota FROM defaults")) do
+    for _, row in ipairs(rows(dbh, "SELECT * FROM defaults")) do
       if t.subjects[row.kind] == nil then
         t.subjects[row.kind] = {kind = row.kind, name = "", cpu_quota = row.cpu_quota,
                                 gpu_quota = row.gpu_quota, cpu_used = 0, gpu_used = 0,
-                                default = true}
+                                budget = row.budget, money_used = 0, default = true}
       end
     end
     for _, row in ipairs(rows(dbh, "SELECT gpu_type, factor FROM gpu_factors")) do
       t.factors[row.gpu_type] = tonumber(row.factor)
+    end
+    local has_rates = rows(dbh, "SELECT name FROM sqlite_master WHERE type = 'table'"
+      .. " AND name = 'rates'")[1] ~= nil
+    if has_rates then
+      for _, row in ipairs(rows(dbh, "SELECT partition, cpu_hour, gpu_hour FROM rates")) do
+        t.rates[row.partition] = {tonumber(row.cpu_hour) or 0, tonumber(row.gpu_hour) or 0}
+      end
     end
     return t
   end)
@@ -251,11 +293,32 @@ end
 
 local function reserved(dbh, column, name, except)
   local sql = "SELECT COALESCE(SUM(cpu_each * count), 0) AS cpu,"
-    .. " COALESCE(SUM(gpu_each * count), 0) AS gpu FROM reservations WHERE "
+    .. " COALESCE(SUM(gpu_each * count), 0) AS gpu,"
+    .. " COALESCE(SUM(cost_each * count), 0) AS cost FROM reservations WHERE "
     .. column .. " = " .. quote(name)
   if except ~= nil then sql = sql .. " AND id <> " .. quote(except) end
   local row = rows(dbh, sql)[1]
-  return tonumber(row.cpu) or 0, tonumber(row.gpu) or 0
+  return tonumber(row.cpu) or 0, tonumber(row.gpu) or 0, tonumber(row.cost) or 0
+end
+
+-- The price of one element in the site's currency: the dearest of the job's partitions
+-- ('*' for one without a rate of its own; a partition without either costs nothing)
+local function cost_of(t, partitions, cpu_each, gpu_each)
+  local dearest = 0
+  local names = partitions
+  if #names == 0 then names = {"*"} end
+  for _, name in ipairs(names) do
+    local rate = t.rates[name] or t.rates["*"]
+    if rate ~= nil then
+      local cost = cpu_each / 60 * rate[1] + gpu_each / 60 * rate[2]
+      if cost > dearest then dearest = cost end
+    end
+  end
+  return dearest
+end
+
+local function money(amount)
+  return string.format("%.2f", amount)
 end
 
 local function fmt(minutes)
@@ -263,13 +326,23 @@ local function fmt(minutes)
 end
 
 -- nil when the request fits, else the message the user sees
-local function verdict(t, dbh, user, account, cpu_total, gpu_total, except)
+local function verdict(t, dbh, user, account, cpu_total, gpu_total, except, cost_total)
   local problems = {}
   for _, subject in ipairs({{"user", user}, {"account", account}}) do
     local kind, name = subject[1], subject[2]
     local row = t.subjects[kind]
     if row ~= nil then
-      local cpu_res, gpu_res = reserved(dbh, kind, name, except)
+      local cpu_res, gpu_res, cost_res = reserved(dbh, kind, name, except)
+      local budget, spent = tonumber(row.budget), tonumber(row.money_used) or 0
+      if budget ~= nil and cost_total > 0 and spent + cost_res + cost_total > budget + EPSILON then
+        table.insert(problems, string.format(
+          "%s %s at %s: budget %s %s%s, spent %s + reserved by your queued and running"
+          .. " jobs %s + this job %s = %s (%s %s short)",
+          kind, name, CONFIG.site, money(budget), t.currency,
+          row.default and " (the site's default)" or "", money(spent), money(cost_res),
+          money(cost_total), money(spent + cost_res + cost_total),
+          money(spent + cost_res + cost_total - budget), t.currency))
+      end
       for _, res in ipairs({{"CPU", row.cpu_quota, row.cpu_used, cpu_res, cpu_total},
                             {"GPU", row.gpu_quota, row.gpu_used, gpu_res, gpu_total}}) do
         local label, quota, used = res[1], tonumber(res[2]), tonumber(res[3]) or 0
@@ -289,7 +362,7 @@ local function verdict(t, dbh, user, account, cpu_total, gpu_total, except)
   if #problems == 0 then return nil end
   return "job refused: it would exceed a quota. " .. table.concat(problems, "; ")
     .. ". `cheeto quota show` shows what you have used, `squeue --me` your queued and"
-    .. " running jobs; ask your sponsor or the admins for more minutes."
+    .. " running jobs; ask your sponsor or the admins for more minutes or budget."
 end
 
 local function totals(t, cpus, minutes, gpus, count)
@@ -349,7 +422,7 @@ local function check_submit(job_desc, part_list)
   if minutes == nil then
     if t ~= nil then
       for _, row in pairs(t.subjects) do
-        if row.cpu_quota ~= nil or row.gpu_quota ~= nil then
+        if row.cpu_quota ~= nil or row.gpu_quota ~= nil or row.budget ~= nil then
           slurm.log_user("%s", "job refused: it has no time limit and the partition none,"
             .. " so it cannot be checked against the quota of " .. row.kind .. " "
             .. (row.name ~= "" and row.name or (row.kind == "user" and user or account))
@@ -361,8 +434,12 @@ local function check_submit(job_desc, part_list)
     minutes = 0
   end
   local cpu_each, gpu_each, cpu_total, gpu_total = totals(factors, cpus, minutes, gpus, count)
+  local cost_each = 0
+  if t ~= nil then cost_each = cost_of(t, partitions_of(job_desc.partition, part_list),
+                                       cpu_each, gpu_each) end
   if t ~= nil then
-    local message = verdict(t, dbh, user, account, cpu_total, gpu_total, nil)
+    local message = verdict(t, dbh, user, account, cpu_total, gpu_total, nil,
+                            cost_each * count)
     if message ~= nil then
       slurm.log_user("%s", message)
       log_info(string.format("refused a job of %s (account %s): %s", user, account, message))
@@ -371,8 +448,8 @@ local function check_submit(job_desc, part_list)
   end
   local id = new_id()
   exec(dbh, string.format("INSERT INTO reservations (id, user, account, cpu_each, gpu_each,"
-    .. " count, created) VALUES (%s, %s, %s, %.6f, %.6f, %d, %d)", quote(id), quote(user),
-    quote(account), cpu_each, gpu_each, count, os.time()))
+    .. " count, created, cost_each) VALUES (%s, %s, %s, %.6f, %.6f, %d, %d, %.6f)", quote(id),
+    quote(user), quote(account), cpu_each, gpu_each, count, os.time(), cost_each))
   local comment = job_desc.admin_comment
   if comment == nil or comment == "" then
     job_desc.admin_comment = CONFIG.tag .. id
@@ -399,8 +476,8 @@ local function check_modify(job_desc, job_rec, part_list)
   local id = tag_of(job_rec.admin_comment)
   local old = nil
   if id ~= nil then
-    old = rows(dbh, "SELECT user, cpu_each, gpu_each, count FROM reservations WHERE id = "
-      .. quote(id))[1]
+    old = rows(dbh, "SELECT user, cpu_each, gpu_each, count, cost_each FROM reservations"
+      .. " WHERE id = " .. quote(id))[1]
   end
   -- the job record has no user name (22.05), and job_desc's is the caller's: the
   -- reservation knows the owner; a job from before the plugin falls back to the caller
@@ -424,10 +501,16 @@ local function check_modify(job_desc, job_rec, part_list)
   if minutes == nil then minutes = 0 end
   local cpu_each, gpu_each, cpu_total, gpu_total = totals(t or {factors = {}}, cpus, minutes,
                                                           gpus, count)
+  local cost_each = 0
+  if t ~= nil then
+    cost_each = cost_of(t, partitions_of(job_desc.partition or job_rec.partition, part_list),
+                        cpu_each, gpu_each)
+  end
   local smaller = old ~= nil and cpu_each <= tonumber(old.cpu_each) + EPSILON
-    and gpu_each <= tonumber(old.gpu_each) + EPSILON and job_desc.account == nil
+    and gpu_each <= tonumber(old.gpu_each) + EPSILON
+    and cost_each <= (tonumber(old.cost_each) or 0) + EPSILON and job_desc.account == nil
   if t ~= nil and not smaller then
-    local message = verdict(t, dbh, user, account, cpu_total, gpu_total, id)
+    local message = verdict(t, dbh, user, account, cpu_total, gpu_total, id, cost_each * count)
     if message ~= nil then
       slurm.log_user("%s", message)
       log_info(string.format("refused a change of job %s: %s", tostring(job_rec.job_id), message))
@@ -441,8 +524,8 @@ local function check_modify(job_desc, job_rec, part_list)
       or (CONFIG.tag .. id)
   end
   exec(dbh, string.format("INSERT OR REPLACE INTO reservations (id, user, account, cpu_each,"
-    .. " gpu_each, count, created) VALUES (%s, %s, %s, %.6f, %.6f, %d, %d)", quote(id),
-    quote(user), quote(account), cpu_each, gpu_each, count, os.time()))
+    .. " gpu_each, count, created, cost_each) VALUES (%s, %s, %s, %.6f, %.6f, %d, %d, %.6f)",
+    quote(id), quote(user), quote(account), cpu_each, gpu_each, count, os.time(), cost_each))
   if t == nil then return stale(why) end
   return slurm.SUCCESS
 end

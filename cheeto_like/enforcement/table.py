@@ -11,12 +11,18 @@ worker is alive, not whether anybody changed a quota.
   account with a quota of its own or usage in its period (minutes; a NULL quota is
   unlimited);
 - ``defaults(kind, cpu_quota, gpu_quota)``: what applies to any other name;
-- ``gpu_factors(gpu_type, factor)``: the factors in force now (``default`` for others).
+- ``gpu_factors(gpu_type, factor)``: the factors in force now (``default`` for others);
+- money (issue 28): ``subjects`` and ``defaults`` carry ``budget`` (NULL: none) and
+  subjects ``money_used`` (the ledger's cost + money adjustments, in ``meta``'s
+  ``currency``); ``rates(partition, cpu_hour, gpu_hour)`` are the rates in force now
+  (``*``: every partition without one), which the plugin prices a request with.
 
 ``reservations.db`` (written by the plugin, one row per accepted job, id = the tag in
-the job's admin_comment): the worker releases an element's share when the hook
-reports it finished (``released`` makes that idempotent per job id), and drops rows
-whose job is no longer queued or running (a completion the hook missed).
+the job's admin_comment; ``cost_each`` is an element's price, added to files from before
+budgets by ``ALTER TABLE`` here and in the plugin, each guarded by a look at the
+columns): the worker releases an element's share when the hook reports it finished
+(``released`` makes that idempotent per job id), and drops rows whose job is no longer
+queued or running (a completion the hook missed).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ BUSY_MS = 5000
 RESERVATIONS_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS reservations (id TEXT PRIMARY KEY, user TEXT NOT NULL,"
     " account TEXT NOT NULL, cpu_each REAL NOT NULL, gpu_each REAL NOT NULL,"
-    " count INTEGER NOT NULL, created INTEGER NOT NULL)",
+    " count INTEGER NOT NULL, created INTEGER NOT NULL, cost_each REAL NOT NULL DEFAULT 0)",
     "CREATE INDEX IF NOT EXISTS reservations_user ON reservations(user)",
     "CREATE INDEX IF NOT EXISTS reservations_account ON reservations(account)",
     "CREATE TABLE IF NOT EXISTS released (id TEXT NOT NULL, job_id TEXT NOT NULL,"
@@ -53,6 +59,8 @@ class SubjectRow:
     gpu_quota: float | None
     cpu_used: float
     gpu_used: float
+    budget: float | None = None  # money (meta ``currency``); None: no budget
+    money_used: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -63,10 +71,15 @@ class Table:
     subjects: tuple[SubjectRow, ...]
     defaults: tuple[tuple[str, float | None, float | None], ...]  # (kind, cpu, gpu)
     factors: tuple[tuple[str, float], ...]
+    # (partition or '*', cpu_hour, gpu_hour) in force now; (kind, budget) defaults
+    rates: tuple[tuple[str, float, float], ...] = ()
+    budgets: tuple[tuple[str, float | None], ...] = ()
+    currency: str = ""
 
     def fingerprint(self) -> str:
         blob = json.dumps([self.site, [list(vars(s).values()) for s in self.subjects],
-                           self.defaults, self.factors], sort_keys=True)
+                           self.defaults, self.factors, self.rates, self.budgets,
+                           self.currency], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
@@ -88,17 +101,26 @@ def write_table(path: Path, table: Table, *, now: float | None = None,
                 "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);"
                 "CREATE TABLE subjects (kind TEXT NOT NULL, name TEXT NOT NULL,"
                 " cpu_quota REAL, gpu_quota REAL, cpu_used REAL NOT NULL,"
-                " gpu_used REAL NOT NULL, PRIMARY KEY (kind, name)) WITHOUT ROWID;"
-                "CREATE TABLE defaults (kind TEXT PRIMARY KEY, cpu_quota REAL, gpu_quota REAL);"
-                "CREATE TABLE gpu_factors (gpu_type TEXT PRIMARY KEY, factor REAL NOT NULL);")
+                " gpu_used REAL NOT NULL, budget REAL, money_used REAL NOT NULL DEFAULT 0,"
+                " PRIMARY KEY (kind, name)) WITHOUT ROWID;"
+                "CREATE TABLE defaults (kind TEXT PRIMARY KEY, cpu_quota REAL, gpu_quota REAL,"
+                " budget REAL);"
+                "CREATE TABLE gpu_factors (gpu_type TEXT PRIMARY KEY, factor REAL NOT NULL);"
+                "CREATE TABLE rates (partition TEXT PRIMARY KEY, cpu_hour REAL NOT NULL,"
+                " gpu_hour REAL NOT NULL);")
             db.executemany("INSERT INTO meta VALUES (?, ?)",
                            [("written_at", str(written)), ("site", table.site),
-                            ("fingerprint", table.fingerprint())])
-            db.executemany("INSERT INTO subjects VALUES (?, ?, ?, ?, ?, ?)",
-                           [(s.kind, s.name, s.cpu_quota, s.gpu_quota, s.cpu_used, s.gpu_used)
-                            for s in table.subjects])
-            db.executemany("INSERT INTO defaults VALUES (?, ?, ?)", table.defaults)
+                            ("fingerprint", table.fingerprint()),
+                            ("currency", table.currency)])
+            db.executemany("INSERT INTO subjects VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           [(s.kind, s.name, s.cpu_quota, s.gpu_quota, s.cpu_used, s.gpu_used,
+                             s.budget, s.money_used) for s in table.subjects])
+            budgets = dict(table.budgets)
+            db.executemany("INSERT INTO defaults VALUES (?, ?, ?, ?)",
+                           [(kind, cpu, gpu, budgets.get(kind))
+                            for kind, cpu, gpu in table.defaults])
             db.executemany("INSERT INTO gpu_factors VALUES (?, ?)", table.factors)
+            db.executemany("INSERT INTO rates VALUES (?, ?, ?)", table.rates)
             db.commit()
         os.chmod(tmp, 0o600)
         _chown(Path(tmp), owner)
@@ -138,6 +160,11 @@ def reservations(path: Path, owner: tuple[int, int] | None = None
         db.execute("PRAGMA journal_mode=WAL")
         for statement in RESERVATIONS_SCHEMA:
             db.execute(statement)
+        columns = {row[1] for row in db.execute("PRAGMA table_info(reservations)")}
+        if "cost_each" not in columns:  # a file from before budgets
+            with contextlib.suppress(sqlite3.OperationalError):  # the plugin added it first
+                db.execute("ALTER TABLE reservations ADD COLUMN cost_each REAL NOT NULL"
+                           " DEFAULT 0")
         if fresh:
             path.chmod(0o600)
             _chown(path, owner)
@@ -155,11 +182,13 @@ class Reserved:
     gpu: float
     count: int
     created: int
+    cost: float = 0.0
 
 
 def list_reservations(db: sqlite3.Connection) -> list[Reserved]:
     rows = db.execute("SELECT id, user, account, cpu_each * count, gpu_each * count, count,"
-                      " created FROM reservations ORDER BY created").fetchall()
+                      " created, cost_each * count FROM reservations ORDER BY created"
+                      ).fetchall()
     return [Reserved(*row) for row in rows]
 
 

@@ -23,7 +23,7 @@ from .slurm import (
 )
 from .storage import AutomountMap, StaticMount, Storage, StorageVolume
 from .sync import SyncLease, SyncRun, SyncRunItem, SyncStep
-from .usage import GpuFactor, UsageCursor, UsageRecord
+from .usage import GpuFactor, UsageCursor, UsageRate, UsageRecord
 from .user import SshKey, User, UserSiteInfo
 
 ALL_MODELS: tuple[type[Document], ...] = (
@@ -31,7 +31,8 @@ ALL_MODELS: tuple[type[Document], ...] = (
     SlurmAccount, SlurmAllocation, SlurmPartition, SlurmQOS, SlurmAssociation,
     AutomountMap, StorageVolume, StaticMount, Storage,
     History, HippoEvent, SyncRun, SyncRunItem, SyncStep, SyncLease, NameClaim,
-    UsageRecord, UsageCursor, GpuFactor, Quota, QuotaDefaults, QuotaAdjustment, QuotaNotice,
+    UsageRecord, UsageCursor, GpuFactor, UsageRate, Quota, QuotaDefaults, QuotaAdjustment,
+    QuotaNotice,
     RoleGrant, ApiKey, RevokedToken, Request, AuditRun, AuditFinding,
     JobSnapshot, SnapshotJob,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "SyncRunItem",
     "SyncStep",
     "UsageCursor",
+    "UsageRate",
     "UsageRecord",
     "User",
     "UserSiteInfo",

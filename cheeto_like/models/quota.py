@@ -11,6 +11,12 @@
 - ``QuotaAdjustment`` is a signed change to *usage* in the period that holds its time,
   as slurm-quota's ``adjust``: negative credits minutes back, positive debits them. The
   used figure never goes below zero.
+- A *budget* (issue 28) is money: an amount in the site's currency (``usage.currency``,
+  one per site; ``parse_money`` refuses another) that jobs spend through the rate card
+  (``models.usage.UsageRate``, priced at the job's start, stored on the record as
+  ``cost``). Money used = the ledger's cost + money adjustments in the period; a budget
+  sits beside the minute quotas and each is checked on its own (thresholds, the Slurm
+  block, the submit-time check).
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ from .fields import FreeText, PosixName, SiteName
 
 Period = Literal["none", "monthly", "quarterly", "yearly", "explicit"]
 PERIODS: tuple[str, ...] = ("none", "monthly", "quarterly", "yearly", "explicit")
-Resource = Literal["cpu", "gpu"]
+Resource = Literal["cpu", "gpu", "budget"]
 MAX_MINUTES = 1e12  # about two million years of one CPU: anything larger is a typo
+MAX_MONEY = 1e12  # a budget or a money adjustment past this is a typo
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
 
@@ -43,6 +50,37 @@ def _minutes(value: float | None) -> float | None:
 
 
 Minutes = Annotated[float | None, AfterValidator(_minutes)]
+
+
+def _money(value: float | None) -> float | None:
+    if value is not None and not 0 <= value <= MAX_MONEY:
+        raise ValueError(f"{value} is out of range for a budget (0 to {MAX_MONEY:g})")
+    return value
+
+
+Money = Annotated[float | None, AfterValidator(_money)]
+_MONEY_RE = re.compile(
+    r"^(?P<sign>[+-]?)\s*(?P<n>\d{1,13}(?:\.\d{1,4})?)\s*(?P<cur>[A-Za-z]{0,8})$")
+
+
+def parse_money(text: str, currency: str, *, signed: bool = False) -> float | None:
+    """``500USD``, ``500 USD`` or ``500`` (the site's ``currency``), ``unlimited`` ->
+    the amount or None. With ``signed`` (adjustments) ``+``/``-`` is allowed and unlimited
+    is not. A budget in another currency is refused: a site charges in one currency."""
+    value = text.strip()
+    if not signed and value.lower() in UNLIMITED_WORDS:
+        return None
+    m = _MONEY_RE.match(value)
+    if m is None or (m["sign"] and not signed):
+        hint = f"-50{currency}, +20{currency}" if signed else f"500{currency} or unlimited"
+        raise ValueError(f"cannot read amount {text!r} (examples: {hint})")
+    if m["cur"] and m["cur"].upper() != currency.upper():
+        raise ValueError(f"{text!r} is in {m['cur'].upper()}, but this site charges in "
+                         f"{currency.upper()} (usage.currency)")
+    amount = float(m["n"])
+    if amount > MAX_MONEY:
+        raise ValueError(f"amount {text!r} is out of range")
+    return -amount if m["sign"] == "-" else amount
 
 
 def parse_amount(text: str, *, signed: bool = False) -> float | None:
@@ -114,8 +152,8 @@ class _PeriodFields(BaseDoc):
         return period_window(self.period, now, self.period_start, self.period_end)
 
 
-Follower = Literal["cpu", "gpu", "period"]
-FOLLOWERS: tuple[Follower, ...] = ("cpu", "gpu", "period")
+Follower = Literal["cpu", "gpu", "budget", "period"]
+FOLLOWERS: tuple[Follower, ...] = ("cpu", "gpu", "budget", "period")
 PERIOD_KEYS = ("period", "period_start", "period_end", "carry_over")
 NO_PERIOD: dict[str, object] = {"period": "none", "period_start": None, "period_end": None,
                                 "carry_over": False}
@@ -142,6 +180,8 @@ class Quota(_PeriodFields):
     account: PosixName | None = None
     cpu_minutes: Minutes = None
     gpu_minutes: Minutes = None
+    # money in the site's currency (None: no budget); documents from before it have none
+    budget: Money = None
     follows_defaults: list[Follower] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -169,6 +209,8 @@ class Quota(_PeriodFields):
             if self.follows(resource):
                 values[f"{resource}_minutes"] = getattr(
                     defaults, f"{self.kind}_{resource}_minutes", None)
+        if self.follows("budget"):
+            values["budget"] = getattr(defaults, f"{self.kind}_budget", None)
         if self.follows("period"):
             values.update({k: getattr(defaults, k) for k in PERIOD_KEYS}
                           if defaults is not None else NO_PERIOD)
@@ -187,6 +229,8 @@ class QuotaDefaults(_PeriodFields):
     user_gpu_minutes: Minutes = None
     account_cpu_minutes: Minutes = None
     account_gpu_minutes: Minutes = None
+    user_budget: Money = None
+    account_budget: Money = None
 
     class Settings(BaseDoc.Settings):
         name = "quota_defaults"
@@ -201,6 +245,7 @@ class QuotaAdjustment(BaseDoc):
     account: PosixName | None = None
     cpu_minutes: float = Field(default=0.0, ge=-MAX_MINUTES, le=MAX_MINUTES)
     gpu_minutes: float = Field(default=0.0, ge=-MAX_MINUTES, le=MAX_MINUTES)
+    money: float = Field(default=0.0, ge=-MAX_MONEY, le=MAX_MONEY)  # the site's currency
     reason: FreeText = Field(min_length=1, max_length=500)
     at: datetime
     at_epoch: int

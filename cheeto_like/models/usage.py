@@ -6,6 +6,15 @@ GPU types of count x elapsed x the site's factor for that type *at the job's sta
 Factors are versioned (``GpuFactor.effective_from``), so a new factor charges jobs that
 start after it and never rewrites what was already charged.
 
+Money (issue 28): a job's ``cost`` = CPU-hours x ``cpu_hour`` + GPU-hours (after the GPU
+factors) x ``gpu_hour`` of its partition's rate (``*`` for partitions without one) *at
+the job's start*. Rates are versioned like factors (``UsageRate.effective_from``, never
+backdated); the config's ``usage.rates`` card is the version in force since the epoch
+(the seed, ``RateTable.build(seed=…)``), so stored versions take over from their start.
+A record keeps its cost (``None``: no rate applied), its fingerprint covers it (only
+when priced, so records from before rates keep their fingerprints), and a rate change
+never rewrites a job that started before it.
+
 A job is counted in the period its *end* falls in, like slurm-quota's completion charge.
 Besides the datetimes every record keeps ``end_epoch`` (seconds) and ``day`` (UTC date):
 the embedded store compares datetimes wrongly inside an aggregation ``$match`` and cannot
@@ -64,6 +73,7 @@ class UsageRecord(BaseDoc):
     gpus: list[GpuUse] = Field(default_factory=list)
     cpu_minutes: float = Field(ge=0)
     gpu_minutes: float = Field(ge=0)
+    cost: float | None = Field(default=None, ge=0)  # the site's currency; None: unpriced
     fingerprint: str
 
     class Settings(BaseDoc.Settings):
@@ -104,6 +114,25 @@ class GpuFactor(BaseDoc):
         indexes = [index("site"), unique("site", "gpu_type", "effective_from")]
 
 
+ANY_PARTITION = "*"
+
+
+class UsageRate(BaseDoc):
+    """The price per normalised hour of a partition (``*``: every partition without a rate
+    of its own) at a site from ``effective_from`` on, until the next version of the same
+    partition; in the site's currency (``usage.currency``)."""
+
+    site: SiteName
+    partition: str
+    cpu_hour: float = Field(ge=0, le=1e9)
+    gpu_hour: float = Field(ge=0, le=1e9)
+    effective_from: datetime
+
+    class Settings(BaseDoc.Settings):
+        name = "usage_rates"
+        indexes = [index("site"), unique("site", "partition", "effective_from")]
+
+
 # -- charging (pure) ----------------------------------------------------------------------
 
 
@@ -133,6 +162,59 @@ class FactorTable:
             return found
         found = self._lookup(DEFAULT_GPU_TYPE, when)
         return 1.0 if found is None else found
+
+
+@dataclass(frozen=True)
+class RateTable:
+    """Every rate version of a site by partition, oldest first: (since, cpu_hour,
+    gpu_hour). Empty: the site has no rate card (nothing is priced)."""
+
+    versions: Mapping[str, tuple[tuple[datetime, float, float], ...]]
+
+    @classmethod
+    def build(cls, rates: Iterable[tuple[str, datetime, float, float]],
+              seed: Mapping[str, tuple[float, float]] | None = None) -> RateTable:
+        """``rates``: (partition, since, cpu_hour, gpu_hour) from the store; ``seed``:
+        the config's card (partition -> (cpu_hour, gpu_hour)), in force since the epoch."""
+        by_part: dict[str, list[tuple[datetime, float, float]]] = {}
+        for part, (cpu, gpu) in (seed or {}).items():
+            by_part.setdefault(part, []).append((datetime(1970, 1, 1, tzinfo=UTC), cpu, gpu))
+        for part, since, cpu, gpu in rates:
+            by_part.setdefault(part, []).append((_utc(since), cpu, gpu))
+        return cls({k: tuple(sorted(v)) for k, v in by_part.items()})
+
+    def __bool__(self) -> bool:
+        return bool(self.versions)
+
+    def _lookup(self, partition: str, when: datetime) -> tuple[float, float] | None:
+        versions = self.versions.get(partition)
+        if not versions:
+            return None
+        at = bisect_right([since for since, _, _ in versions], when)
+        return versions[at - 1][1:] if at else None
+
+    def rate(self, partition: str | None, when: datetime) -> tuple[float, float] | None:
+        """(cpu_hour, gpu_hour) of ``partition`` at ``when``; None: not priced."""
+        when = _utc(when)
+        if partition and (found := self._lookup(partition, when)) is not None:
+            return found
+        return self._lookup(ANY_PARTITION, when)
+
+    def in_force(self, when: datetime) -> dict[str, tuple[float, float]]:
+        """Every partition's rate at ``when`` (the plugin's table)."""
+        out = {}
+        for part in self.versions:
+            found = self._lookup(part, _utc(when))
+            if found is not None:
+                out[part] = found
+        return out
+
+
+def price(cpu_min: float, gpu_min: float, rate: tuple[float, float] | None) -> float | None:
+    """A job's cost: CPU-hours x cpu_hour + GPU-hours (after factors) x gpu_hour."""
+    if rate is None:
+        return None
+    return round(cpu_min / 60 * rate[0] + gpu_min / 60 * rate[1], 6)
 
 
 def _utc(when: datetime) -> datetime:

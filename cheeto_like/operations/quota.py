@@ -1,4 +1,4 @@
-"""Quota and charging changes: quotas, site defaults, usage adjustments, GPU factors.
+"""Quota and charging changes: quotas, site defaults, usage adjustments, GPU factors, rates.
 
 Every change is an Operation with its History row. Amounts are minutes (the CLI parses
 ``600m``, ``10h``, ``unlimited``); None is unlimited. A field left out of ``SetQuota``
@@ -20,13 +20,14 @@ from ..models.fields import FreeText, PosixName, SiteName, utcnow
 from ..models.quota import (
     FOLLOWERS,
     MAX_MINUTES,
+    MAX_MONEY,
     PERIOD_KEYS,
     Period,
     Quota,
     QuotaAdjustment,
     QuotaDefaults,
 )
-from ..models.usage import GpuFactor
+from ..models.usage import GpuFactor, UsageRate
 from ..queries.group import get_group
 from ..queries.site import get_site
 from ..queries.user import get_user
@@ -50,6 +51,12 @@ UtcTime = Annotated[datetime, AfterValidator(_as_utc)]
 def _check(value: Amount, flag: str) -> Amount:
     if isinstance(value, float) and not 0 <= value <= MAX_MINUTES:
         raise ValueError(f"{flag} must be between 0 and {MAX_MINUTES:g} minutes")
+    return value
+
+
+def _check_money(value: Amount, flag: str) -> Amount:
+    if isinstance(value, float) and not 0 <= value <= MAX_MONEY:
+        raise ValueError(f"{flag} must be between 0 and {MAX_MONEY:g}")
     return value
 
 
@@ -97,11 +104,13 @@ class SetQuota(Operation):
     class Args(_Subject, _PeriodArgs):
         cpu_minutes: Amount = KEEP
         gpu_minutes: Amount = KEEP
+        budget: Amount = KEEP  # money in the site's currency (the CLI checks it)
 
         @model_validator(mode="after")
         def _amounts(self) -> SetQuota.Args:
             _check(self.cpu_minutes, "--cpu")
             _check(self.gpu_minutes, "--gpu")
+            _check_money(self.budget, "--budget")
             return self
 
     async def execute(self, session: AsyncClientSession) -> Quota:
@@ -114,9 +123,11 @@ class SetQuota(Operation):
         if quota is None:
             quota = Quota(site=args.site, user=args.user, account=args.account,
                           follows_defaults=list(FOLLOWERS))
-        values = _changes(args, ("cpu_minutes", "gpu_minutes"))
+        values = _changes(args, ("cpu_minutes", "gpu_minutes", "budget"))
         in_force = quota.resolved(defaults)
         pinned = {r for r in ("cpu", "gpu") if f"{r}_minutes" in values}
+        if "budget" in values:
+            pinned.add("budget")
         if any(k in values for k in PERIOD_KEYS):
             pinned.add("period")
             if quota.follows("period"):  # only --carry-over: from the period followed
@@ -139,7 +150,7 @@ class SetQuota(Operation):
         q = self.quota
         return {"site": q.site, "user": q.user, "account": q.account, "created": self.created,
                 "cpu_minutes": q.cpu_minutes, "gpu_minutes": q.gpu_minutes,
-                "period": q.period, "carry_over": q.carry_over,
+                "budget": q.budget, "period": q.period, "carry_over": q.carry_over,
                 "follows_defaults": list(q.follows_defaults), "pinned": self.pinned,
                 "before": {k: str(v) for k, v in self.before.items()}}
 
@@ -200,16 +211,20 @@ class SetQuotaDefaults(Operation):
         user_gpu_minutes: Amount = KEEP
         account_cpu_minutes: Amount = KEEP
         account_gpu_minutes: Amount = KEEP
+        user_budget: Amount = KEEP
+        account_budget: Amount = KEEP
 
         @model_validator(mode="after")
         def _amounts(self) -> SetQuotaDefaults.Args:
             for name in ("user_cpu_minutes", "user_gpu_minutes", "account_cpu_minutes",
                          "account_gpu_minutes"):
                 _check(getattr(self, name), f"--{name.removesuffix('_minutes')}")
+            for name in ("user_budget", "account_budget"):
+                _check_money(getattr(self, name), f"--{name.replace('_', '-')}")
             return self
 
     AMOUNTS = ("user_cpu_minutes", "user_gpu_minutes", "account_cpu_minutes",
-               "account_gpu_minutes")
+               "account_gpu_minutes", "user_budget", "account_budget")
 
     async def execute(self, session: AsyncClientSession) -> QuotaDefaults:
         await get_site(self.args.site, session)
@@ -235,20 +250,22 @@ class SetQuotaDefaults(Operation):
 
 
 class AdjustUsage(Operation):
-    """A signed change to usage in the current period: negative credits, positive debits."""
+    """A signed change to usage in the current period: negative credits, positive debits.
+    ``money`` changes the money used against a budget (the site's currency)."""
 
     op_name = "adjust_usage"
 
     class Args(_Subject):
         cpu_minutes: float = Field(default=0.0, ge=-MAX_MINUTES, le=MAX_MINUTES)
         gpu_minutes: float = Field(default=0.0, ge=-MAX_MINUTES, le=MAX_MINUTES)
+        money: float = Field(default=0.0, ge=-MAX_MONEY, le=MAX_MONEY)
         reason: FreeText = Field(min_length=1, max_length=500)
         at: datetime | None = None
 
         @model_validator(mode="after")
         def _something(self) -> AdjustUsage.Args:
-            if not self.cpu_minutes and not self.gpu_minutes:
-                raise ValueError("give a non-zero --cpu or --gpu")
+            if not self.cpu_minutes and not self.gpu_minutes and not self.money:
+                raise ValueError("give a non-zero --cpu, --gpu or --budget")
             return self
 
     async def execute(self, session: AsyncClientSession) -> QuotaAdjustment:
@@ -257,7 +274,8 @@ class AdjustUsage(Operation):
         self.adjustment = QuotaAdjustment(
             site=self.args.site, user=self.args.user, account=self.args.account,
             cpu_minutes=self.args.cpu_minutes, gpu_minutes=self.args.gpu_minutes,
-            reason=self.args.reason, at=at, at_epoch=int(at.timestamp()))
+            money=self.args.money, reason=self.args.reason, at=at,
+            at_epoch=int(at.timestamp()))
         await self.adjustment.insert(session=session)
         return self.adjustment
 
@@ -265,7 +283,7 @@ class AdjustUsage(Operation):
         a = self.adjustment
         return {"site": a.site, "user": a.user, "account": a.account,
                 "cpu_minutes": a.cpu_minutes, "gpu_minutes": a.gpu_minutes,
-                "reason": a.reason, "at": a.at.isoformat()}
+                "money": a.money, "reason": a.reason, "at": a.at.isoformat()}
 
 
 class SetGpuFactor(Operation):
@@ -306,3 +324,47 @@ class SetGpuFactor(Operation):
         f = self.factor
         return {"site": f.site, "gpu_type": f.gpu_type, "factor": f.factor,
                 "previous": self.previous, "effective_from": f.effective_from.isoformat()}
+
+
+class SetUsageRate(Operation):
+    """A new version of a partition's price (``*``: every partition without one) from
+    ``effective_from`` (default now) on, in the site's currency per CPU-hour and per
+    GPU-hour (after GPU factors). Never in the past, like GPU factors: jobs already
+    charged keep their cost; a job is priced by the rate in force at its start."""
+
+    op_name = "set_usage_rate"
+
+    class Args(OpArgs):
+        site: SiteName
+        partition: str = Field(pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$")
+        cpu_hour: float = Field(ge=0, le=1e9)
+        gpu_hour: float = Field(ge=0, le=1e9)
+        effective_from: UtcTime | None = None
+
+    async def execute(self, session: AsyncClientSession) -> UsageRate:
+        await get_site(self.args.site, session)
+        now = utcnow()
+        since = (self.args.effective_from or now).replace(microsecond=0)
+        if since < now - PAST_TOLERANCE:
+            raise InvalidInput("--from is in the past: jobs already charged keep their "
+                               "cost, so a rate can only start now or later")
+        same = [r for r in await select(UsageRate, session, site=self.args.site)
+                if r.partition == self.args.partition]
+        clash = [r for r in same if r.effective_from >= since]
+        if clash:
+            raise InvalidInput(f"partition {self.args.partition!r} already has a rate from "
+                               f"{clash[0].effective_from.isoformat()}; rates only move "
+                               "forward in time")
+        last = max(same, key=lambda r: r.effective_from) if same else None
+        self.previous = None if last is None else (last.cpu_hour, last.gpu_hour)
+        self.rate = UsageRate(site=self.args.site, partition=self.args.partition,
+                              cpu_hour=self.args.cpu_hour, gpu_hour=self.args.gpu_hour,
+                              effective_from=since)
+        await self.rate.insert(session=session)
+        return self.rate
+
+    def describe(self) -> dict[str, Any]:
+        r = self.rate
+        return {"site": r.site, "partition": r.partition, "cpu_hour": r.cpu_hour,
+                "gpu_hour": r.gpu_hour, "previous": self.previous,
+                "effective_from": r.effective_from.isoformat()}

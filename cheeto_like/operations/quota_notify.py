@@ -1,7 +1,8 @@
 """Quota threshold notices: one e-mail per threshold per period per subject.
 
 When a user's or an account's usage passes a threshold (75/90/100 % by default) of its
-CPU or GPU quota, the user (or the account's sponsors at the site) get one notice. A
+CPU or GPU quota or of its budget (money, issue 28), the user (or the account's sponsors
+at the site) get one notice. A
 ``QuotaNotice`` per (subject, resource, threshold, period start) remembers it was sent,
 so the next run is quiet; a new period starts over. A jump past several thresholds at
 once sends one e-mail (for the highest) and records them all. A notice that could not be
@@ -60,7 +61,7 @@ async def due_notices(site: str, now: datetime,
     noticed = {n.key for n in await QuotaNotice.find({"site": site}).to_list()}
     due = []
     for status in await quota_status(site, now):
-        for resource, usage in (("cpu", status.cpu), ("gpu", status.gpu)):
+        for resource, usage in status.resources():
             if usage.quota is None or usage.percent is None:
                 continue
             new = [t for t in sorted(thresholds) if usage.percent >= t and notice_key(
@@ -91,6 +92,10 @@ async def _recipients(site: str, due: list[Due]) -> dict[tuple[str, str], list[s
     return out
 
 
+def _money_line(usage: ResourceStatus, currency: str) -> str:
+    return f"{usage.used:.2f} of {usage.quota or 0:.2f} {currency}"
+
+
 async def send_quota_notices(store: Store, author: str | None, config: Config, site: str, *,
                              now: datetime | None = None, dry_run: bool = False,
                              thresholds: Sequence[int] = DEFAULT_THRESHOLDS,
@@ -114,7 +119,9 @@ async def send_quota_notices(store: Store, author: str | None, config: Config, s
             threshold=top, percent=d.usage.percent,
             used_hours=f"{d.usage.used / 60:.1f}",
             quota_hours=f"{(d.usage.quota or 0) / 60:.1f}",
-            period_start=f"{s.start:%Y-%m-%d}", period_end=f"{s.end:%Y-%m-%d}")
+            period_start=f"{s.start:%Y-%m-%d}", period_end=f"{s.end:%Y-%m-%d}",
+            money=(_money_line(d.usage, config.usage.currency) if d.resource == "budget"
+                   else ""))
         entry = {**d.as_dict(), "to": to}
         if not sent:
             report.failed.append({**entry, "why": "no address" if not to else "send failed"})

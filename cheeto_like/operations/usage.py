@@ -17,7 +17,7 @@ quota still in force unless asked to (``refund_quota``).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -32,16 +32,18 @@ from ..models.fields import SiteName, utcnow
 from ..models.quota import EPOCH
 from ..models.usage import (
     FactorTable,
+    RateTable,
     UsageCursor,
     UsageRecord,
     charge_gpus,
     cpu_minutes,
     fingerprint,
+    price,
     record_key,
 )
 from ..queries.quota import InForce, usage_in_force
 from ..queries.site import get_site, list_sites
-from ..queries.usage import factor_table
+from ..queries.usage import factor_table, rate_table
 from ..store import Store
 from .base import OpArgs, Operation
 
@@ -83,8 +85,11 @@ class CollectReport:
                 "other_clusters": self.other_clusters, "seconds": round(self.seconds, 3)}
 
 
-def record_content(site: str, job: SacctJob, factors: FactorTable) -> dict[str, Any]:
-    """The charged content of one sacct job (what its fingerprint covers)."""
+def record_content(site: str, job: SacctJob, factors: FactorTable,
+                   rates: RateTable | None = None) -> dict[str, Any]:
+    """The charged content of one sacct job (what its fingerprint covers). ``cost`` is in
+    it only when a rate applies (``models.usage.price`` at the job's start), so records
+    of a site without rates keep the fingerprints they had before money existed."""
     started = job.start or job.end
     gpus = charge_gpus(job.tres.gpus, job.elapsed_s, started, factors)
     content: dict[str, Any] = {
@@ -96,20 +101,26 @@ def record_content(site: str, job: SacctJob, factors: FactorTable) -> dict[str, 
         "gpus": [g.model_dump() for g in gpus],
         "cpu_minutes": cpu_minutes(job.tres.cpus, job.elapsed_s),
         "gpu_minutes": round(sum(g.minutes for g in gpus), 4)}
+    if rates:
+        cost = price(content["cpu_minutes"], content["gpu_minutes"],
+                     rates.rate(job.partition, started))
+        if cost is not None:
+            content["cost"] = cost
     return content
 
 
 def build_record(site: str, job: SacctJob, factors: FactorTable,
-                 content: dict[str, Any] | None = None) -> dict[str, Any]:
+                 content: dict[str, Any] | None = None,
+                 rates: RateTable | None = None) -> dict[str, Any]:
     """The ledger document (as stored, validated) of one sacct job."""
-    content = content or record_content(site, job, factors)
+    content = content or record_content(site, job, factors, rates)
     record = UsageRecord(key=record_key(site, job.cluster, job.job_id),
                          fingerprint=fingerprint(content), **content)
     return record.model_dump(by_alias=True)
 
 
 async def ingest(store: Store, site: str, jobs: Iterable[SacctJob], factors: FactorTable,
-                 *, chunk: int = CHUNK) -> IngestCounts:
+                 *, chunk: int = CHUNK, rates: RateTable | None = None) -> IngestCounts:
     """Upsert ``jobs`` into the ledger by key; returns what was written."""
     by_key: dict[str, SacctJob] = {}
     for job in jobs:
@@ -126,12 +137,12 @@ async def ingest(store: Store, site: str, jobs: Iterable[SacctJob], factors: Fac
         inserts: list[dict[str, Any]] = []
         replaces: list[dict[str, Any]] = []
         for key in part:
-            content = record_content(site, by_key[key], factors)
+            content = record_content(site, by_key[key], factors, rates)
             old = existing.get(key)
             if old is not None and old.get("fingerprint") == fingerprint(content):
                 counts.unchanged += 1  # the common re-collect case: nothing validated
                 continue
-            doc = build_record(site, by_key[key], factors, content)
+            doc = build_record(site, by_key[key], factors, content, rates)
             if old is None:
                 inserts.append(doc)
             else:
@@ -152,12 +163,14 @@ async def ingest(store: Store, site: str, jobs: Iterable[SacctJob], factors: Fac
 
 async def collect(store: Store, site: str, *, sacct: Sacct, since: datetime | None = None,
                   until: datetime | None = None, overlap: timedelta = DEFAULT_OVERLAP,
-                  ) -> CollectReport:
+                  seed: Mapping[str, tuple[float, float]] | None = None) -> CollectReport:
     """Read the jobs of ``site``'s cluster that ended in the window and upsert them.
 
     The window is [since, until]: ``since`` defaults to the watermark minus ``overlap``
     (a first run looks back ``FIRST_LOOKBACK``), ``until`` to now. The watermark moves
-    to ``until`` afterwards (never backwards)."""
+    to ``until`` afterwards (never backwards). ``seed``: the config's rate card of the
+    site (``queries.usage.config_seed``), in force since the epoch under the stored
+    versions (``queries.usage.rate_table``)."""
     started = time.monotonic()
     record = await get_site(site)
     cluster = record.cluster_name
@@ -172,7 +185,8 @@ async def collect(store: Store, site: str, *, sacct: Sacct, since: datetime | No
     parsed = await sacct.finished_jobs(cluster, since, until)
     ours = [job for job in parsed.jobs if job.cluster in (cluster, "")]
     factors = await factor_table(record.name)
-    counts = await ingest(store, record.name, ours, factors)
+    rates = await rate_table(record.name, seed)
+    counts = await ingest(store, record.name, ours, factors, rates=rates)
     report = CollectReport(site=record.name, cluster=cluster, since=since, until=until,
                            counts=counts, skipped=parsed.skipped,
                            other_clusters=len(parsed.jobs) - len(ours),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dc_field
 from datetime import datetime
 from typing import Any
 
@@ -92,11 +93,20 @@ class QuotaStatus:
     end: datetime
     cpu: ResourceStatus
     gpu: ResourceStatus
+    # money (issue 28): used = the ledger's cost + money adjustments, quota = the budget
+    # (None: no budget); preallocated is 0 here (squeue's jobs carry no partition price;
+    # the submit-time check reserves money itself)
+    budget: ResourceStatus = dc_field(default_factory=lambda: ResourceStatus(0.0, 0.0, None))
+
+    def resources(self) -> tuple[tuple[str, ResourceStatus], ...]:
+        """(cpu|gpu|budget, status): what thresholds, blocks and checks walk."""
+        return (("cpu", self.cpu), ("gpu", self.gpu), ("budget", self.budget))
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "name": self.name, "source": self.source,
                 "period": self.period, "start": self.start, "end": self.end,
-                "cpu_minutes": self.cpu.as_dict(), "gpu_minutes": self.gpu.as_dict()}
+                "cpu_minutes": self.cpu.as_dict(), "gpu_minutes": self.gpu.as_dict(),
+                "budget": self.budget.as_dict()}
 
 
 @dataclass
@@ -109,6 +119,8 @@ class _Limits:
     carry_over: bool
     cpu_source: str = "none"
     gpu_source: str = "none"
+    budget: float | None = None
+    budget_source: str = "none"
 
 
 async def check_subject(site: str, *, user: str | None = None,
@@ -170,16 +182,19 @@ async def quota_status(site: str, now: datetime, *, user: str | None = None,
                 await usage.get(kind, previous)
     adjustments = await QuotaAdjustment.find({"site": site}).to_list()
     out = []
+    nothing = (0.0, 0.0, 0.0)
     for (kind, name), lim in sorted(limits.items()):
-        used_cpu, used_gpu = (await usage.get(kind, lim.window, name)).get(name, (0.0, 0.0))
-        adj_cpu, adj_gpu = _adjusted(adjustments, kind, name, lim.window)
+        used_cpu, used_gpu, used_money = (await usage.get(kind, lim.window, name)).get(
+            name, nothing)
+        adj_cpu, adj_gpu, adj_money = _adjusted(adjustments, kind, name, lim.window)
         taken = (reserved.users if kind == "user" else reserved.accounts).get(name, (0.0, 0.0))
-        carried = (0.0, 0.0)
+        carried = nothing
         previous = previous_window(lim.period, lim.window) if lim.carry_over else None
         if previous is not None:
-            prev_cpu, prev_gpu = (await usage.get(kind, previous, name)).get(name, (0.0, 0.0))
+            prev = (await usage.get(kind, previous, name)).get(name, nothing)
             p_adj = _adjusted(adjustments, kind, name, previous)
-            carried = (_left(lim.cpu, prev_cpu + p_adj[0]), _left(lim.gpu, prev_gpu + p_adj[1]))
+            carried = (_left(lim.cpu, prev[0] + p_adj[0]), _left(lim.gpu, prev[1] + p_adj[1]),
+                       _left(lim.budget, prev[2] + p_adj[2]))
         out.append(QuotaStatus(
             kind=kind, name=name, source=lim.source, period=lim.period,
             start=lim.window[0], end=lim.window[1],
@@ -188,7 +203,10 @@ async def quota_status(site: str, now: datetime, *, user: str | None = None,
                                lim.cpu_source),
             gpu=ResourceStatus(max(0.0, used_gpu + adj_gpu), taken[1],
                                None if lim.gpu is None else lim.gpu + carried[1], carried[1],
-                               lim.gpu_source)))
+                               lim.gpu_source),
+            budget=ResourceStatus(max(0.0, used_money + adj_money), 0.0,
+                                  None if lim.budget is None else lim.budget + carried[2],
+                                  carried[2], lim.budget_source)))
     return out
 
 
@@ -206,27 +224,30 @@ def _limits_of(subject: tuple[str, str], quota: Quota | None,
     kind = subject[0]
     if quota is not None:
         q = quota.resolved(defaults)
-        cpu_source, gpu_source = ("default" if q.follows(r) else "own" for r in ("cpu", "gpu"))
+        cpu_source, gpu_source, budget_source = (
+            "default" if q.follows(r) else "own" for r in ("cpu", "gpu", "budget"))
         return _Limits("own", q.period, q.window(now), q.cpu_minutes, q.gpu_minutes,
-                       q.carry_over, cpu_source, gpu_source)
+                       q.carry_over, cpu_source, gpu_source, q.budget, budget_source)
     if defaults is not None:
         return _Limits("default", defaults.period, defaults.window(now),
                        getattr(defaults, f"{kind}_cpu_minutes"),
                        getattr(defaults, f"{kind}_gpu_minutes"), defaults.carry_over,
-                       "default", "default")
+                       "default", "default", getattr(defaults, f"{kind}_budget", None),
+                       "default")
     none = QuotaDefaults.model_construct(period="none")
     return _Limits("none", "none", none.window(now), None, None, False)
 
 
 def _adjusted(adjustments: list[QuotaAdjustment], kind: str, name: str,
-              window: Window) -> tuple[float, float]:
+              window: Window) -> tuple[float, float, float]:
     lo, hi = int(window[0].timestamp()), int(window[1].timestamp())
-    cpu = gpu = 0.0
+    cpu = gpu = money = 0.0
     for a in adjustments:
         if getattr(a, kind) == name and lo <= a.at_epoch < hi:
             cpu += a.cpu_minutes
             gpu += a.gpu_minutes
-    return cpu, gpu
+            money += a.money
+    return cpu, gpu, money
 
 
 class _UsageCache:
@@ -235,11 +256,12 @@ class _UsageCache:
 
     def __init__(self, site: str) -> None:
         self.site = site
-        self.cache: dict[tuple[str, Window, str | None], dict[str, tuple[float, float]]] = {}
+        self.cache: dict[tuple[str, Window, str | None],
+                         dict[str, tuple[float, float, float]]] = {}
         self.queries = 0
 
     async def get(self, kind: str, window: Window,
-                  name: str | None = None) -> dict[str, tuple[float, float]]:
+                  name: str | None = None) -> dict[str, tuple[float, float, float]]:
         if (kind, window, None) in self.cache:
             return self.cache[(kind, window, None)]
         key = (kind, window, name)
@@ -261,12 +283,12 @@ class InForce:
     start: datetime | None
 
 
-def _span(fields: Quota | QuotaDefaults, limits: tuple[float | None, float | None],
+def _span(fields: Quota | QuotaDefaults, limits: tuple[float | None, ...],
           now: datetime) -> Window | None:
     """The span of ledger records that limits over ``fields``' period read now: the
     current period, from the previous one's start with carry-over; None without any
     limit (an unlimited quota refunds nothing)."""
-    if limits == (None, None):
+    if all(limit is None for limit in limits):
         return None
     window = fields.window(now)
     previous = previous_window(fields.period, window) if fields.carry_over else None
@@ -289,7 +311,7 @@ async def usage_in_force(site: str, before: datetime, now: datetime,
         name = quota.user or quota.account or ""
         own[quota.kind].append(name)
         q = quota.resolved(defaults)
-        span = _span(q, (q.cpu_minutes, q.gpu_minutes), now)
+        span = _span(q, (q.cpu_minutes, q.gpu_minutes, q.budget), now)
         if span is not None:
             spans.setdefault((quota.kind, span), []).append(name)
     clauses: list[tuple[datetime, dict[str, Any]]] = []
@@ -297,8 +319,8 @@ async def usage_in_force(site: str, before: datetime, now: datetime,
         clauses.append((lo, {kind: {"$in": names}, **_ended(lo, hi, cut)}))
     for kind in ("user", "account"):
         span = None if defaults is None else _span(defaults, (
-            getattr(defaults, f"{kind}_cpu_minutes"), getattr(defaults, f"{kind}_gpu_minutes")),
-            now)
+            getattr(defaults, f"{kind}_cpu_minutes"), getattr(defaults, f"{kind}_gpu_minutes"),
+            getattr(defaults, f"{kind}_budget")), now)
         if span is not None:  # everyone without a quota of their own
             clauses.append((span[0], {kind: {"$nin": own[kind]}, **_ended(*span, cut)}))
     clauses = sorted((c for c in clauses if c[1]["end_epoch"]["$gte"] < cut),
@@ -364,13 +386,20 @@ class AccountSummary:
     gpu_used_h: float
     gpu_quota_h: float | None
     gpu_percent: float | None
+    # money (issue 28): what the account's jobs cost in its period (+ money adjustments),
+    # its budget and percent; shown when the site has rates or budgets
+    cost: float = 0.0
+    budget: float | None = None
+    budget_percent: float | None = None
 
     @property
     def blocked(self) -> bool:
-        """Out of CPU or GPU minutes: the Slurm sync holds its members' new jobs."""
+        """Out of CPU or GPU minutes or of budget: the Slurm sync holds its members' new
+        jobs."""
         return any(p is not None and p >= 100 and q is not None
                    for p, q in ((self.cpu_percent, self.cpu_quota_h),
-                                (self.gpu_percent, self.gpu_quota_h)))
+                                (self.gpu_percent, self.gpu_quota_h),
+                                (self.budget_percent, self.budget)))
 
     def as_dict(self) -> dict[str, Any]:
         return {**vars(self), "blocked": self.blocked}
@@ -378,6 +407,15 @@ class AccountSummary:
 
 SUMMARY_COLUMNS = ("account", "source", "period", "cpu_used_h", "cpu_quota_h",
                    "cpu_percent", "gpu_used_h", "gpu_quota_h", "gpu_percent", "blocked")
+MONEY_COLUMNS = ("cost", "budget", "budget_percent")
+
+
+def summary_columns(money: bool) -> list[str]:
+    """The summary's columns: the money ones (before ``blocked``) when the site has a
+    rate card or a budget."""
+    if not money:
+        return list(SUMMARY_COLUMNS)
+    return [*SUMMARY_COLUMNS[:-1], *MONEY_COLUMNS, SUMMARY_COLUMNS[-1]]
 
 
 async def platform_summary(site: str, now: datetime,
@@ -396,10 +434,14 @@ async def platform_summary(site: str, now: datetime,
 
         rows.append(AccountSummary(
             st.name, st.source, st.period, round(st.cpu.used / 60, 2), hours(st.cpu.quota),
-            st.cpu.percent, round(st.gpu.used / 60, 2), hours(st.gpu.quota), st.gpu.percent))
+            st.cpu.percent, round(st.gpu.used / 60, 2), hours(st.gpu.quota), st.gpu.percent,
+            round(st.budget.used, 2),
+            None if st.budget.quota is None else round(st.budget.quota, 2),
+            st.budget.percent))
 
     def order(row: AccountSummary) -> tuple[float, float, str]:
-        percents = [p for p in (row.cpu_percent, row.gpu_percent) if p is not None]
+        percents = [p for p in (row.cpu_percent, row.gpu_percent, row.budget_percent)
+                    if p is not None]
         return (-max(percents) if percents else 1.0, -(row.cpu_used_h + row.gpu_used_h),
                 row.account)
     return sorted(rows, key=order)

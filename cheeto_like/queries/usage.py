@@ -16,7 +16,14 @@ from typing import Any
 
 from pymongo.asynchronous.client_session import AsyncClientSession
 
-from ..models.usage import FactorTable, GpuFactor, UsageCursor, UsageRecord
+from ..models.usage import (
+    FactorTable,
+    GpuFactor,
+    RateTable,
+    UsageCursor,
+    UsageRate,
+    UsageRecord,
+)
 
 REPORT_BY: tuple[str, ...] = ("user", "account", "partition", "gpu-type", "day")
 _FIELD = {"user": "$user", "account": "$account", "partition": "$partition",
@@ -82,6 +89,26 @@ async def list_factors(site: str, session: AsyncClientSession | None = None,
 async def factor_table(site: str, session: AsyncClientSession | None = None) -> FactorTable:
     return FactorTable.build((f.gpu_type, f.effective_from, f.factor)
                              for f in await list_factors(site, session))
+
+
+def config_seed(usage: Any, site: str) -> dict[str, tuple[float, float]]:
+    """The config's rate card of ``site`` (``usage.rates``: the seed, in force since the
+    epoch beneath the stored versions) as partition -> (cpu_hour, gpu_hour)."""
+    card = usage.rates.get(site) or {}
+    return {part: (r.cpu_hour, r.gpu_hour) for part, r in card.items()}
+
+
+async def list_rates(site: str, session: AsyncClientSession | None = None,
+                     ) -> list[UsageRate]:
+    found = await UsageRate.find({"site": site}, session=session).to_list()
+    return sorted(found, key=lambda r: (r.partition, r.effective_from))
+
+
+async def rate_table(site: str, seed: Mapping[str, tuple[float, float]] | None = None,
+                     session: AsyncClientSession | None = None) -> RateTable:
+    """The site's stored rate versions over the config's ``seed`` (one query)."""
+    return RateTable.build(((r.partition, r.effective_from, r.cpu_hour, r.gpu_hour)
+                            for r in await list_rates(site, session)), seed)
 
 
 async def cursor_of(site: str) -> UsageCursor | None:
@@ -175,16 +202,19 @@ def _cost(doc: Mapping[str, Any], partition: str | None,
 
 
 async def used_by(site: str, start: datetime, end: datetime, kind: str,
-                  names: list[str] | None = None) -> dict[str, tuple[float, float]]:
-    """(CPU-minutes, GPU-minutes) per user (``kind`` user) or account in [start, end):
-    one aggregation. ``names`` with one entry narrows the match to it."""
+                  names: list[str] | None = None,
+                  ) -> dict[str, tuple[float, float, float]]:
+    """(CPU-minutes, GPU-minutes, money) per user (``kind`` user) or account in
+    [start, end): one aggregation. Money is the sum of the records' ``cost`` (unpriced
+    records count 0). ``names`` with one entry narrows the match to it."""
     where = ledger_match(site, start, end)
     if names is not None and len(names) == 1:
         where[kind] = names[0]
     pipeline = [{"$match": where},
                 {"$group": {"_id": f"${kind}", "cpu": {"$sum": "$cpu_minutes"},
-                            "gpu": {"$sum": "$gpu_minutes"}}}]
+                            "gpu": {"$sum": "$gpu_minutes"}, "cost": {"$sum": "$cost"}}}]
     collection = UsageRecord.get_pymongo_collection()
     raw = await (await collection.aggregate(pipeline, batchSize=BATCH)).to_list()
-    return {str(d["_id"]): (float(d["cpu"] or 0), float(d["gpu"] or 0)) for d in raw
+    return {str(d["_id"]): (float(d["cpu"] or 0), float(d["gpu"] or 0),
+                            float(d.get("cost") or 0)) for d in raw
             if names is None or str(d["_id"]) in names}

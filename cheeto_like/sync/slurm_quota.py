@@ -3,7 +3,9 @@
 cheeto's usage ledger (plus adjustments) is the source of truth for CPU- and GPU-minute
 quotas; Slurm only gets the verdict. A user or an account that has used its whole quota
 in the current period gets ``GrpTRESMins=cpu=0`` (out of CPU minutes) and/or
-``GrpTRESMins=gres/gpu=0`` (out of GPU minutes) on the rows that carry it:
+``GrpTRESMins=gres/gpu=0`` (out of GPU minutes) on the rows that carry it; a subject
+whose money used has reached its budget (issue 28) gets both (money is spent by CPUs and
+GPUs alike):
 
 - a *user's* quota covers all their work at the site, so every association of the user
   on the site's cluster is blocked (``AssocGrpCPUMinutesLimit`` for their new jobs);
@@ -73,14 +75,17 @@ def blocks_from(statuses: Iterable[QuotaStatus]) -> QuotaBlocks:
     accounts: dict[str, TRES] = {}
     notes: dict[tuple[str, str], str] = {}
     for status in statuses:
-        spent = [(resource, usage) for resource, usage in (("cpu", status.cpu),
-                                                            ("gpu", status.gpu))
+        spent = [(resource, usage) for resource, usage in status.resources()
                  if out_of(usage)]
         if not spent:
             continue
+        keys = {TRES_OF[r] for r, _ in spent if r in TRES_OF}
+        if any(r == "budget" for r, _ in spent):
+            keys = set(BLOCK_KEYS)
         (users if status.kind == "user" else accounts)[status.name] = tres(
-            {TRES_OF[resource]: 0 for resource, _ in spent})
-        what = ", ".join(f"{resource.upper()} {usage.used:.1f} of {usage.quota:.1f} min"
+            {key: 0 for key in sorted(keys)})
+        what = ", ".join(f"budget {usage.used:.2f} of {usage.quota:.2f}" if resource == "budget"
+                         else f"{resource.upper()} {usage.used:.1f} of {usage.quota:.1f} min"
                          for resource, usage in spent)
         notes[(status.kind, status.name)] = (
             f"quota: {status.kind} {status.name} is out of quota ({what} in the period "
@@ -91,12 +96,13 @@ def blocks_from(statuses: Iterable[QuotaStatus]) -> QuotaBlocks:
 def limits_in_force(quotas: list[Quota], defaults: QuotaDefaults | None) -> bool:
     """Some limit is in force at the site (a quota's own, or one it follows from the
     defaults: ``Quota.resolved``)."""
-    if any(r.cpu_minutes is not None or r.gpu_minutes is not None
+    if any(r.cpu_minutes is not None or r.gpu_minutes is not None or r.budget is not None
            for r in (q.resolved(defaults) for q in quotas)):
         return True
     return defaults is not None and any(
-        getattr(defaults, f"{kind}_{resource}_minutes") is not None
-        for kind in ("user", "account") for resource in ("cpu", "gpu"))
+        getattr(defaults, name) is not None
+        for kind in ("user", "account")
+        for name in (f"{kind}_cpu_minutes", f"{kind}_gpu_minutes", f"{kind}_budget"))
 
 
 async def quota_blocks(site: str, now: datetime, *, users: Iterable[str] = (),

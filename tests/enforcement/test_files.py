@@ -3,6 +3,7 @@ spool, sacct's tagged lines, the rendered plugin and hook, the live-config check
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import sqlite3
@@ -56,7 +57,8 @@ def test_the_table_is_replaced_whole_and_only_its_clock_moves_when_unchanged(tmp
                           "FROM subjects ORDER BY kind").fetchall()
         assert rows == [("account", "lab", None, 5.0, 0.0, 2.5),
                         ("user", "alice", 10.0, None, 3.0, 0.0)]
-        assert db.execute("SELECT * FROM defaults ORDER BY kind").fetchall() == [
+        assert db.execute("SELECT kind, cpu_quota, gpu_quota FROM defaults ORDER BY kind"
+                          ).fetchall() == [
             ("account", None, None), ("user", 1.0, None)]
     assert [p.name for p in tmp_path.iterdir()] == ["quota.db"]  # no temp file left
     assert not qtable.touch_table(tmp_path / "missing.db")
@@ -66,12 +68,12 @@ def test_the_table_is_replaced_whole_and_only_its_clock_moves_when_unchanged(tmp
 def test_releases_are_idempotent_per_job_and_drops_forget_whole_reservations(tmp_path):
     path = tmp_path / "reservations.db"
     with qtable.reservations(path) as db:
-        db.execute("INSERT INTO reservations VALUES ('aa', 'alice', 'lab', 1.0, 0.0, 3, 10)")
-        db.execute("INSERT INTO reservations VALUES ('bb', 'bob', 'lab', 2.0, 1.0, 1, 20)")
+        db.execute("INSERT INTO reservations VALUES ('aa', 'alice', 'lab', 1.0, 0.0, 3, 10, 0.5)")
+        db.execute("INSERT INTO reservations VALUES ('bb', 'bob', 'lab', 2.0, 1.0, 1, 20, 0.0)")
         assert qtable.release(db, [("aa", "7_0"), ("aa", "7_0"), ("aa", "7_1")], now=30) == 2
         assert qtable.release(db, [("aa", "7_1")], now=31) == 0  # the hook file again
         [left, other] = qtable.list_reservations(db)
-        assert (left.id, left.count, left.cpu) == ("aa", 1, 1.0)
+        assert (left.id, left.count, left.cpu, left.cost) == ("aa", 1, 1.0, 0.5)
         assert (other.id, other.cpu, other.gpu) == ("bb", 2.0, 1.0)
         assert qtable.release(db, [("aa", "7_2"), ("zz", "9")], now=32) == 2
         assert [r.id for r in qtable.list_reservations(db)] == ["bb"]
@@ -79,6 +81,22 @@ def test_releases_are_idempotent_per_job_and_drops_forget_whole_reservations(tmp
         assert qtable.list_reservations(db) == []
         assert db.execute("SELECT count(*) FROM released").fetchone() == (2,)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_reservations_file_from_before_budgets_gets_its_cost_column(tmp_path):
+    """A file the plugin made before budgets (no cost_each) is altered once, its rows
+    kept at cost 0; opening it again alters nothing."""
+    path = tmp_path / "reservations.db"
+    with contextlib.closing(sqlite3.connect(path)) as old:
+        old.execute("CREATE TABLE reservations (id TEXT PRIMARY KEY, user TEXT NOT NULL,"
+                    " account TEXT NOT NULL, cpu_each REAL NOT NULL, gpu_each REAL NOT NULL,"
+                    " count INTEGER NOT NULL, created INTEGER NOT NULL)")
+        old.execute("INSERT INTO reservations VALUES ('aa', 'alice', 'lab', 1.0, 0.0, 2, 10)")
+        old.commit()
+    for _ in range(2):
+        with qtable.reservations(path) as db:
+            [row] = qtable.list_reservations(db)
+            assert (row.id, row.cpu, row.cost) == ("aa", 2.0, 0.0)
 
 
 def test_the_spool_yields_the_ids_sacct_prints_and_removes_foreign_files(tmp_path):

@@ -186,12 +186,13 @@ async def test_a_gpu_only_quota_keeps_following_the_default_cpu_quota(farm):
                                user_gpu_minutes=10.0, period="monthly")
     quota = await SetQuota.run(farm, AUTHOR, site="farm", user="alice", gpu_minutes=1.0)
     assert (quota.cpu_minutes, quota.gpu_minutes, quota.period) == (100.0, 1.0, "monthly")
-    assert quota.follows_defaults == ["cpu", "period"]
+    assert quota.follows_defaults == ["cpu", "budget", "period"]
     stored = await Quota.find_one({"user": "alice"})
-    assert stored.cpu_minutes is None and stored.follows_defaults == ["cpu", "period"]
+    assert stored.cpu_minutes is None
+    assert stored.follows_defaults == ["cpu", "budget", "period"]
     [row] = await history("set_quota")
     assert (row.changes["follows_defaults"], row.changes["cpu_minutes"]) == (
-        ["cpu", "period"], 100.0)
+        ["cpu", "budget", "period"], 100.0)
     # the default changes later: alice's CPU quota (and period) follow, her GPU does not
     await SetQuotaDefaults.run(farm, AUTHOR, site="farm", user_cpu_minutes=300.0,
                                user_gpu_minutes=20.0)
@@ -215,7 +216,7 @@ async def test_setting_a_followed_value_pins_it_unlimited_too(farm):
                                period="monthly")
     await SetQuota.run(farm, AUTHOR, site="farm", user="alice", gpu_minutes=1.0)
     pinned = await SetQuota.run(farm, AUTHOR, site="farm", user="alice", cpu_minutes=None)
-    assert (pinned.cpu_minutes, pinned.follows_defaults) == (None, ["period"])
+    assert (pinned.cpu_minutes, pinned.follows_defaults) == (None, ["budget", "period"])
     rows = await history("set_quota")
     assert (rows[1].changes["pinned"], rows[1].changes["before"]) == (
         ["cpu"], {"cpu_minutes": "100.0"})
@@ -224,7 +225,7 @@ async def test_setting_a_followed_value_pins_it_unlimited_too(farm):
     assert (status.cpu.quota, status.cpu.source) == (None, "own")  # unlimited, pinned
     # --carry-over alone pins the period followed until then, with carry-over
     again = await SetQuota.run(farm, AUTHOR, site="farm", user="alice", carry_over=True)
-    assert (again.period, again.carry_over, again.follows_defaults) == ("monthly", True, [])
+    assert (again.period, again.carry_over, again.follows_defaults) == ("monthly", True, ["budget"])
     await SetQuotaDefaults.run(farm, AUTHOR, site="farm", period="yearly")
     [status] = await quota_status("farm", NOW, user="alice")
     assert status.period == "monthly"

@@ -12,7 +12,7 @@ from typing import Any
 
 from ...errors import InvalidInput
 from ...models.fields import utcnow
-from ...models.quota import PERIODS, parse_amount
+from ...models.quota import PERIODS, parse_amount, parse_money
 from .. import args as a
 from ..app import command, group_help
 from ..output import esc
@@ -23,6 +23,8 @@ group_help("ng", "quota", "defaults", help="a site's quotas for users and accoun
 group_help("ng", "quota", "gpu-factor", help="GPU-type charge factors, versioned in time")
 
 AMOUNT_HELP = "minutes (600m or 600), hours (10h) or unlimited"
+MONEY_HELP = ("an amount in the site's currency (500USD or 500; usage.currency), or "
+              "unlimited; charged through the rate card (ng usage rate)")
 
 
 def amount(text: str | None, flag: str, *, signed: bool = False) -> Any:
@@ -32,6 +34,20 @@ def amount(text: str | None, flag: str, *, signed: bool = False) -> Any:
         return parse_amount(text, signed=signed)
     except ValueError as exc:
         raise InvalidInput(f"{flag}: {exc}") from None
+
+
+def money(text: str | None, flag: str, currency: str, *, signed: bool = False) -> Any:
+    """``500USD`` / ``unlimited`` (``--budget``) in the site's currency; another is refused."""
+    if text is None:
+        return "keep" if not signed else 0.0
+    try:
+        return parse_money(text, currency, signed=signed)
+    except ValueError as exc:
+        raise InvalidInput(f"{flag}: {exc}") from None
+
+
+def _money(value: float | None, currency: str) -> str:
+    return "none" if value is None else f"{value:.2f} {currency}"
 
 
 def _minutes(value: float | None) -> str:
@@ -66,15 +82,18 @@ async def quota_set(args: argparse.Namespace) -> int:
     _need_subject(args)
     quota = await SetQuota.run(ctx.require_store(), ctx.author, site=args.site, user=args.user,
                                account=args.account, cpu_minutes=amount(args.cpu, "--cpu"),
-                               gpu_minutes=amount(args.gpu, "--gpu"), **period_kwargs(args))
+                               gpu_minutes=amount(args.gpu, "--gpu"),
+                               budget=money(args.budget, "--budget", ctx.config.usage.currency),
+                               **period_kwargs(args))
 
     def note(what: str) -> str:  # not set on the quota: follows the site's defaults
         return " (site default)" if quota.follows(what) else ""
 
     ctx.out.success(f"quota of {esc(_who(args))} at {esc(args.site)}: CPU "
                     f"{esc(_minutes(quota.cpu_minutes) + note('cpu'))}, GPU "
-                    f"{esc(_minutes(quota.gpu_minutes) + note('gpu'))}, period "
-                    f"{esc(quota.period + note('period'))}")
+                    f"{esc(_minutes(quota.gpu_minutes) + note('gpu'))}, budget "
+                    f"{esc(_money(quota.budget, ctx.config.usage.currency) + note('budget'))}"
+                    f", period {esc(quota.period + note('period'))}")
     return 0
 
 
@@ -84,6 +103,7 @@ def _(parser: a.Parser) -> None:
     subject(parser)
     parser.add_argument("--cpu", metavar="Q", help=f"CPU-minute quota: {AMOUNT_HELP}")
     parser.add_argument("--gpu", metavar="Q", help=f"GPU-minute quota: {AMOUNT_HELP}")
+    parser.add_argument("--budget", metavar="MONEY", help=f"budget in money: {MONEY_HELP}")
     period_args(parser)
 
 
@@ -126,9 +146,12 @@ async def quota_adjust(args: argparse.Namespace) -> int:
                                 user=args.user, account=args.account,
                                 cpu_minutes=amount(args.cpu, "--cpu", signed=True),
                                 gpu_minutes=amount(args.gpu, "--gpu", signed=True),
+                                money=money(args.budget, "--budget",
+                                            ctx.config.usage.currency, signed=True),
                                 reason=args.reason)
     ctx.out.success(f"adjusted the usage of {esc(_who(args))} at {esc(args.site)}: CPU "
-                    f"{adj.cpu_minutes:+g} min, GPU {adj.gpu_minutes:+g} min")
+                    f"{adj.cpu_minutes:+g} min, GPU {adj.gpu_minutes:+g} min, money "
+                    f"{adj.money:+.2f} {esc(ctx.config.usage.currency)}")
     return 0
 
 
@@ -138,6 +161,8 @@ def _(parser: a.Parser) -> None:
     subject(parser)
     parser.add_argument("--cpu", metavar="±Q", help="signed CPU amount: -10h credits, +90m debits")
     parser.add_argument("--gpu", metavar="±Q", help="signed GPU amount: -10h credits, +90m debits")
+    parser.add_argument("--budget", metavar="±MONEY",
+                        help="signed money against a budget: -50USD credits, +20USD debits")
     parser.add_argument("--reason", required=True, help="why (recorded with the adjustment)")
 
 
@@ -169,13 +194,17 @@ async def quota_show(args: argparse.Namespace) -> int:
             reserved = Reserved({}, {}, known=False, note=exc.message)
     rows = await quota_status(site.name, now, user=args.user, account=args.account,
                               reserved=reserved)
-    data = {"site": site.name, "preallocated_known": reserved.known,
+    currency = ctx.config.usage.currency
+    data = {"site": site.name, "currency": currency, "preallocated_known": reserved.known,
             "preallocated_note": reserved.note, "subjects": [r.as_dict() for r in rows]}
     table = [_row(r) for r in rows]
-    ctx.out.table(table, title=f"quotas at {site.name}", data=data,
-                  columns=["kind", "name", "source", "period", "cpu used", "cpu prealloc",
-                           "cpu quota", "cpu %", "gpu used", "gpu prealloc", "gpu quota",
-                           "gpu %"])
+    columns = ["kind", "name", "source", "period", "cpu used", "cpu prealloc", "cpu quota",
+               "cpu %", "gpu used", "gpu prealloc", "gpu quota", "gpu %"]
+    if any(r.budget.quota is not None or r.budget.used for r in rows):
+        columns += [f"spent {currency}", f"budget {currency}", "budget %"]
+        for row, status in zip(table, rows, strict=True):
+            row.update(_budget_cells(status, currency))
+    ctx.out.table(table, title=f"quotas at {site.name}", data=data, columns=columns)
     if not reserved.known and not ctx.out.machine:
         ctx.out.warn("preallocated is 0: queued and running jobs unknown "
                      f"({esc(reserved.note)})")
@@ -203,6 +232,14 @@ def _row(status: Any) -> dict[str, Any]:
             "gpu quota": limit(status.gpu), "gpu %": pct(status.gpu.percent)}
 
 
+def _budget_cells(status: Any, currency: str) -> dict[str, str]:
+    b = status.budget
+    own = " (default)" if status.source == "own" and b.source == "default" else ""
+    return {f"spent {currency}": f"{b.used:.2f}",
+            f"budget {currency}": ("none" if b.quota is None else f"{b.quota:.2f}") + own,
+            "budget %": "-" if b.percent is None else f"{b.percent:.1f}"}
+
+
 @quota_show.args()
 def _(parser: a.Parser) -> None:
     a.site(parser)
@@ -225,11 +262,17 @@ async def defaults_set(args: argparse.Namespace) -> int:
         user_cpu_minutes=amount(args.user_cpu, "--user-cpu"),
         user_gpu_minutes=amount(args.user_gpu, "--user-gpu"),
         account_cpu_minutes=amount(args.account_cpu, "--account-cpu"),
-        account_gpu_minutes=amount(args.account_gpu, "--account-gpu"), **period_kwargs(args))
+        account_gpu_minutes=amount(args.account_gpu, "--account-gpu"),
+        user_budget=money(args.user_budget, "--user-budget", ctx.config.usage.currency),
+        account_budget=money(args.account_budget, "--account-budget",
+                             ctx.config.usage.currency), **period_kwargs(args))
+    currency = ctx.config.usage.currency
     ctx.out.success(f"defaults at {esc(d.site)}: users CPU {esc(_minutes(d.user_cpu_minutes))}"
-                    f" GPU {esc(_minutes(d.user_gpu_minutes))}; accounts CPU "
+                    f" GPU {esc(_minutes(d.user_gpu_minutes))} budget "
+                    f"{esc(_money(d.user_budget, currency))}; accounts CPU "
                     f"{esc(_minutes(d.account_cpu_minutes))} GPU "
-                    f"{esc(_minutes(d.account_gpu_minutes))}; period {esc(d.period)}")
+                    f"{esc(_minutes(d.account_gpu_minutes))} budget "
+                    f"{esc(_money(d.account_budget, currency))}; period {esc(d.period)}")
     return 0
 
 
@@ -241,6 +284,8 @@ def _(parser: a.Parser) -> None:
             parser.add_argument(f"--{kind}-{res}", metavar="Q",
                                 help=f"{res.upper()}-minute quota of a {kind} without one: "
                                      f"{AMOUNT_HELP}")
+        parser.add_argument(f"--{kind}-budget", metavar="MONEY",
+                            help=f"budget of a {kind} without one: {MONEY_HELP}")
     period_args(parser)
 
 
@@ -256,15 +301,20 @@ async def defaults_show(args: argparse.Namespace) -> int:
     if d is None:
         data.update({"user_cpu_minutes": None, "user_gpu_minutes": None,
                      "account_cpu_minutes": None, "account_gpu_minutes": None,
+                     "user_budget": None, "account_budget": None,
                      "period": "none", "carry_over": False, "set": False})
     else:
         data.update({"user_cpu_minutes": d.user_cpu_minutes,
                      "user_gpu_minutes": d.user_gpu_minutes,
                      "account_cpu_minutes": d.account_cpu_minutes,
-                     "account_gpu_minutes": d.account_gpu_minutes, "period": d.period,
+                     "account_gpu_minutes": d.account_gpu_minutes,
+                     "user_budget": d.user_budget, "account_budget": d.account_budget,
+                     "period": d.period,
                      "period_start": d.period_start, "period_end": d.period_end,
                      "carry_over": d.carry_over, "set": True})
-    ctx.out.show(data, title=f"default quotas at {site.name} (minutes; none = unlimited)")
+    data["currency"] = ctx.config.usage.currency
+    ctx.out.show(data, title=f"default quotas at {site.name} (minutes; budgets in "
+                 f"{ctx.config.usage.currency}; none = unlimited)")
     return 0
 
 

@@ -41,9 +41,13 @@ def subject(parser: a.Parser) -> None:
 async def usage_collect(args: argparse.Namespace) -> int:
     from ...adapters.sacct import Sacct
     from ...operations.usage import collect
+    from ...queries.site import get_site
+    from ...queries.usage import config_seed
 
     ctx = args.ctx
+    name = (await get_site(args.site)).name
     report = await collect(ctx.require_store(), args.site,
+                           seed=config_seed(ctx.config.usage, name),
                            sacct=Sacct(binary=args.sacct, timeout=args.timeout),
                            since=when(args.since, "--since"), until=when(args.until, "--until"),
                            overlap=timedelta(minutes=ctx.config.usage.overlap_minutes))
@@ -209,27 +213,35 @@ def _(parser: a.Parser) -> None:
          store=True)
 async def usage_summary(args: argparse.Namespace) -> int:
     from ...models import SlurmAccount
-    from ...queries.quota import SUMMARY_COLUMNS, platform_summary
+    from ...queries.quota import platform_summary, summary_columns
     from ...queries.site import get_site
+    from ...queries.usage import config_seed, rate_table
 
     ctx = args.ctx
     site = await get_site(args.site)
     names = [a.group for a in await SlurmAccount.find({"site": site.name}).to_list()]
-    rows = [r.as_dict() for r in await platform_summary(site.name, utcnow(), names)]
+    found = await platform_summary(site.name, utcnow(), names)
+    # the money columns when the site has a rate card (stored or in the config) or budgets
+    priced = bool(await rate_table(site.name, config_seed(ctx.config.usage, site.name)))
+    columns = summary_columns(priced or any(r.budget is not None for r in found))
+    rows = [{k: v for k, v in r.as_dict().items() if k in columns} for r in found]
     if args.csv:
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=["site", *SUMMARY_COLUMNS],
+        writer = csv.DictWriter(buffer, fieldnames=["site", *columns],
                                 lineterminator="\n")
         writer.writeheader()
         writer.writerows({"site": site.name, **row} for row in rows)
         ctx.out.write_raw(buffer.getvalue())
         return 0
-    data = {"site": site.name, "accounts": rows}
+    money = "cost" in columns
+    data = {"site": site.name, "currency": ctx.config.usage.currency if money else None,
+            "accounts": rows}
     if ctx.out.machine:
         ctx.out.write_data(data)
         return 0
-    ctx.out.table(rows, title=f"accounts at {site.name}, fullest first (hours; jobs ended "
-                  "in each account's quota period)", columns=list(SUMMARY_COLUMNS), data=data)
+    unit = f"; cost and budget in {ctx.config.usage.currency}" if money else ""
+    ctx.out.table(rows, title=f"accounts at {site.name}, fullest first (hours{unit}; jobs "
+                  "ended in each account's quota period)", columns=columns, data=data)
     return 0
 
 
@@ -240,3 +252,65 @@ def _(parser: a.Parser) -> None:
     fmt.add_argument("--yaml", action="store_true", help="print YAML on stdout")
     fmt.add_argument("--json", action="store_true", help="print JSON on stdout")
     fmt.add_argument("--csv", action="store_true", help="print CSV on stdout (see README)")
+
+
+group_help("ng", "usage", "rate", help="the rate card: prices per partition, versioned in time")
+
+
+@command("ng", "usage", "rate", "set",
+         help="price a partition's CPU- and GPU-hours from now (or --from) on", store=True)
+async def rate_set(args: argparse.Namespace) -> int:
+    from ...operations.quota import SetUsageRate
+
+    ctx = args.ctx
+    r = await SetUsageRate.run(ctx.require_store(), ctx.author, site=args.site,
+                               partition=args.partition, cpu_hour=args.cpu_hour,
+                               gpu_hour=args.gpu_hour,
+                               effective_from=when(args.since, "--from"))
+    currency = ctx.config.usage.currency
+    ctx.out.success(f"partition {esc(r.partition)} at {esc(r.site)}: {r.cpu_hour:g} "
+                    f"{esc(currency)} per CPU-hour, {r.gpu_hour:g} {esc(currency)} per "
+                    f"GPU-hour from {esc(r.effective_from.isoformat())}")
+    return 0
+
+
+@rate_set.args()
+def _(parser: a.Parser) -> None:
+    a.site(parser)
+    parser.add_argument("--partition", required=True, metavar="NAME",
+                        help="the partition, or '*' for every partition without a rate")
+    parser.add_argument("--cpu-hour", required=True, type=float, metavar="PRICE",
+                        help="price of one CPU-hour in the site's currency (usage.currency)")
+    parser.add_argument("--gpu-hour", required=True, type=float, metavar="PRICE",
+                        help="price of one GPU-hour (after GPU factors)")
+    parser.add_argument("--from", dest="since", metavar="WHEN",
+                        help=a.when_help("effective from (default now; never in the past)"))
+
+
+@command("ng", "usage", "rate", "list", help="list a site's rates and their history",
+         store=True)
+async def rate_list(args: argparse.Namespace) -> int:
+    from ...queries.site import get_site
+    from ...queries.usage import config_seed, list_rates
+
+    ctx = args.ctx
+    site = await get_site(args.site)
+    now = utcnow()
+    rows: list[dict[str, Any]] = [
+        {"partition": part, "cpu_hour": cpu, "gpu_hour": gpu, "effective_from": None,
+         "source": "config"}
+        for part, (cpu, gpu) in sorted(config_seed(ctx.config.usage, site.name).items())]
+    rows += [{"partition": r.partition, "cpu_hour": r.cpu_hour, "gpu_hour": r.gpu_hour,
+              "effective_from": r.effective_from,
+              "source": "store" if r.effective_from <= now else "store (future)"}
+             for r in await list_rates(site.name)]
+    ctx.out.table(rows, title=f"rates at {site.name} in {ctx.config.usage.currency} per hour "
+                  "(config: since the epoch, under the stored versions)",
+                  columns=["partition", "cpu_hour", "gpu_hour", "effective_from", "source"])
+    return 0
+
+
+@rate_list.args()
+def _(parser: a.Parser) -> None:
+    a.site(parser)
+    a.output_format(parser)
