@@ -329,6 +329,14 @@ async def _run_handler(args: argparse.Namespace, handler: Handler) -> int | None
 
     ctx: Context = args.ctx
     if getattr(handler, "needs_store", False):
+        if ctx.config.client_only and ctx.config.client is not None:
+            from ..errors import ConfigError
+
+            raise ConfigError(
+                f"{ctx.config.path} is a client's config (a `client` section, no `mongo`): "
+                f"this command needs the store, so run it where the store is (or give it "
+                f"--config with a mongo section); here, `cheeto login|me|usage|quota` "
+                f"ask the API at {ctx.config.client.url}")
         ctx.store = await connect(ctx.config.mongo, notify=ctx.out.info)
         await _canonical_sites(args)
     label = getattr(handler, "progress_label", None)

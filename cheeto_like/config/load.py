@@ -49,6 +49,13 @@ class Config(Block):
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     offboarding: OffboardingConfig = Field(default_factory=OffboardingConfig)
 
+    @property
+    def client_only(self) -> bool:
+        """A login node's config: a file with a ``client`` section and no ``mongo`` one
+        (the store's commands have no store here; the defaults would start a local one)."""
+        return (self.path is not None and self.client is not None
+                and "mongo" not in self.model_fields_set)
+
 
 class _ConfigFile(BaseModel):
     """The file's shape: profiled sections are maps of profile -> block."""

@@ -76,3 +76,16 @@ async def test_class_help_says_the_padding_the_names_get(cli, db):
     assert r.code == 0, r.stderr
     assert [line.split()[0] for line in r.stdout.splitlines()] == [
         "matsx-1", "matsx-2", "matsx-3"]
+
+
+async def test_store_commands_with_a_client_only_config_say_so(cli, tmp_path):
+    """A login node's config names the API only: `ng` commands refuse in one line instead
+    of starting a local embedded store and answering from it (an empty one)."""
+    cfg = tmp_path / "client.yaml"
+    cfg.write_text("client:\n  url: https://hpc.example.org/api\n")
+    # (the session fails a test that starts the default embedded store, so none started)
+    for argv in (("ng", "user", "list"), ("ng", "site", "show", "-s", "farm")):
+        r = await cli(*argv, config=cfg)
+        assert r.code == 2, r.stderr
+        assert len(r.error_lines) == 1 and "is a client's config" in r.stderr
+        assert "https://hpc.example.org/api" in r.stderr and "started" not in r.stderr
