@@ -308,3 +308,10 @@ async def test_admins_grant_revoke_and_list_roles_through_the_client(cli, setup,
         assert "olga may not role:" in r.stderr and "Traceback" not in r.stderr
         assert "[" not in r.stderr  # plain, no markup
     assert await History.find({}).count() == before
+
+
+def test_the_client_offers_the_roles_the_store_grants():
+    from cheeto_like.cli.client_role import ROLES
+    from cheeto_like.models.auth import GRANTED_ROLES
+
+    assert ROLES == GRANTED_ROLES
