@@ -203,7 +203,7 @@ class Templates:
         self = cls(override)
         known = {p.name for p in TEMPLATES.iterdir()}
         for path in sorted(override.iterdir()):
-            if path.name == SUBJECTS_FILE:
+            if path.name == SUBJECTS_FILE or path.name.startswith("."):
                 continue
             if path.name not in known:
                 raise ConfigError(f"{where}: {path.name} replaces no built-in template "

@@ -111,6 +111,8 @@ async def test_a_site_template_and_subject_replace_the_built_in_ones(db, mailbox
     (None, "not a directory"),
     ({"account-restored.md.j2": "Hello {% if %}\n"}, r"account-restored\.md\.j2 line 1"),
     ({"welcome.md.j2": "hi\n"}, r"welcome\.md\.j2 replaces no built-in template"),
+    ({".account-restored.md.j2.swp": "x", "account-ready.md.j2": "{% endif %}"},
+     r"account-ready\.md\.j2 line 1"),
     ({"subjects.yaml": "account_restord: x\n"}, "unknown kind 'account_restord'"),
     ({"subjects.yaml": "account_restored: '{{ oops'\n"}, "subjects.yaml: account_restored"),
     ({"subjects.yaml": "[1, 2\n"}, "subjects.yaml"),
@@ -141,3 +143,24 @@ async def test_the_cli_says_a_broken_override_in_one_line(cli, people_cli_config
     assert r.code == 2, r.stderr
     assert "account-deactivated.md.j2 line 1" in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+async def test_system_accounts_take_the_centre_s_helpdesk_and_name(cli, db, cli_config,
+                                                                   tmp_path):
+    r = await cli("ng", "user", "new", "system", "-u", "svc1")
+    assert r.code == 0, r.stderr
+    r = await cli("ng", "user", "show", "-u", "svc1", "--json")
+    assert (r.json()["email"], r.json()["fullname"]) == ("root@localhost.localdomain",
+                                                         "HPC svc1")
+    yaml = YAML(typ="safe")
+    data = yaml.load(cli_config.read_text())
+    data["mail"] = {"centre": {"short_name": "FC", "helpdesk": "help@fc.example.org"}}
+    config = tmp_path / "centre.yaml"
+    with config.open("w") as out:
+        yaml.dump(data, out)
+    r = await cli("ng", "user", "new", "system", "-u", "svc2", config=config)
+    assert r.code == 0, r.stderr
+    r = await cli("ng", "user", "show", "-u", "svc2", "--json", config=config)
+    assert (r.json()["email"], r.json()["fullname"]) == ("help@fc.example.org", "FC svc2")
+    r = await cli("ng", "user", "list", config=config)
+    assert not INSTITUTION.search(r.stderr + r.stdout)
