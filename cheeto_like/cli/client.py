@@ -112,7 +112,12 @@ async def logout(args: argparse.Namespace) -> int:
 async def me(args: argparse.Namespace) -> int:
     async with client(args.ctx) as api:
         data = await api.call("GET", "/me")
-    args.ctx.out.show(data, title="me")
+    shown = dict(data)
+    if not args.ctx.out.machine and isinstance(shown.get("token_expires_at"), int | float):
+        from datetime import UTC, datetime
+
+        shown["token_expires_at"] = datetime.fromtimestamp(shown["token_expires_at"], UTC)
+    args.ctx.out.show(shown, title="me")
     return 0
 
 
@@ -164,15 +169,37 @@ async def quota_show(args: argparse.Namespace) -> int:
     async with client(args.ctx) as api:
         mine = None if (args.user or args.account) else await _whoami(api)
         data = await api.call("GET", f"/quotas/{args.site}", params=_subject(args, mine))
-    rows = [{"kind": r["kind"], "name": r["name"], "period": r["period"],
-             "cpu used": r["cpu_minutes"]["used"], "cpu quota": r["cpu_minutes"]["quota"],
-             "cpu %": r["cpu_minutes"]["percent"], "gpu used": r["gpu_minutes"]["used"],
-             "gpu quota": r["gpu_minutes"]["quota"], "gpu %": r["gpu_minutes"]["percent"]}
-            for r in data["items"]]
-    args.ctx.out.table(rows, title=f"quotas at {args.site} (minutes)", data=data["items"],
-                       columns=["kind", "name", "period", "cpu used", "cpu quota", "cpu %",
-                                "gpu used", "gpu quota", "gpu %"])
+    rows = [_quota_row(r) for r in data["items"]]
+    args.ctx.out.table(rows, title=f"quotas at {args.site} (hours)", data=data["items"],
+                       columns=["kind", "name", "period", "cpu used", "cpu prealloc",
+                                "cpu quota", "cpu %", "gpu used", "gpu prealloc", "gpu quota",
+                                "gpu %"])
     return 0
+
+
+def _limit_text(minutes: float | None) -> str:
+    """A quota as set: ``unlimited``, not ``None min``."""
+    return "unlimited" if minutes is None else f"{minutes:g} min ({minutes / 60:.1f}h)"
+
+
+def _hours(minutes: float | None) -> str:
+    """Minutes as hours, as ``ng quota show`` words it: no quota is ``unlimited``."""
+    return "unlimited" if minutes is None else f"{minutes / 60:.1f}h"
+
+
+def _quota_row(item: dict[str, Any]) -> dict[str, str]:
+    """One subject of /quotas in hours, with preallocated (queued and running jobs) and
+    ``unlimited``/``-`` rather than ``(none)`` for what has no limit."""
+    row = {"kind": item["kind"], "name": item["name"],
+           "period": item["period"] if item["period"] == "none" or not item.get("start")
+           else f"{item['period']} {str(item['start'])[:10]}.."}
+    for resource in ("cpu", "gpu"):
+        r = item[f"{resource}_minutes"]
+        row |= {f"{resource} used": _hours(r.get("used") or 0.0),
+                f"{resource} prealloc": _hours(r.get("preallocated") or 0.0),
+                f"{resource} quota": _hours(r.get("quota")),
+                f"{resource} %": "-" if r.get("percent") is None else f"{r['percent']:.1f}"}
+    return row
 
 
 @quota_show.args()
@@ -205,8 +232,10 @@ async def quota_set(args: argparse.Namespace) -> int:
     kind, name = ("users", args.user) if args.user else ("accounts", args.account)
     async with client(args.ctx) as api:
         data = await api.call("PUT", f"/quotas/{args.site}/{kind}/{name}", json=body)
-    args.ctx.out.success(f"quota of {esc(name)} at {esc(args.site)}: CPU "
-                         f"{esc(data['cpu_minutes'])} min, GPU {esc(data['gpu_minutes'])} min")
+    given = ", ".join(f"{label} {_limit_text(data[key])}"
+                      for label, key in (("CPU", "cpu_minutes"), ("GPU", "gpu_minutes"))
+                      if key in body)  # what was not given keeps its value (or default)
+    args.ctx.out.success(f"quota of {esc(name)} at {esc(args.site)}: {esc(given)}")
     return 0
 
 

@@ -223,6 +223,20 @@ async def test_operator_sets_quotas_through_the_client(cli, setup, api_env):  # 
     assert r.code == 0, r.stderr
     r = await cli("quota", "show", "-s", "farm", "-u", "bob", "--json", config=config)
     assert r.json()[0]["cpu_minutes"]["quota"] == 600
+    # people's words: hours, preallocated, "unlimited" (never "None" or "(none)"); issue 28
+    import re
+
+    r = await cli("quota", "show", "-s", "farm", "-u", "bob", config=config)
+    assert r.code == 0, r.stderr
+    flat = " ".join(r.stderr.split())
+    assert "(hours)" in flat and "prealloc" in flat and "10.0h" in flat
+    assert "unlimited" in flat and "None" not in flat and "(none)" not in flat
+    r = await cli("quota", "set", "-s", "farm", "-u", "bob", "--gpu", "unlimited",
+                  config=config)
+    assert r.code == 0 and "GPU unlimited" in r.stderr and "None" not in r.stderr
+    r = await cli("me", config=config)
+    assert r.code == 0 and re.search(r"token expires at\s+20\d\d-\d\d-\d\d", r.stderr), \
+        r.stderr
     from cheeto_like.models import History
 
     row = await History.find({"op": "set_quota"}).sort(-History.timestamp).first_or_none()
