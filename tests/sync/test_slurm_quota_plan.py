@@ -91,6 +91,26 @@ def test_the_plan_blocks_releases_and_then_plans_nothing():
         "GrpTRESMins=cpu=-1"]
 
 
+def test_a_spent_budget_blocks_cpu_and_gpu_and_the_plan_renders_both():
+    """Issue 28: money is spent by CPUs and GPUs alike, so a budget at 100 % blocks both
+    keys, whatever the minutes say; a budget below it blocks nothing."""
+    actual = state(accounts={"lab": AccountState("lab")},
+                   associations={AssocKey("alice", "lab", "cpu"): A},
+                   default_accounts={"alice": "lab"})
+    spent = status("account", "lab", (1.0, None))
+    spent.budget = ResourceStatus(500.0, 0.0, 500.0)
+    fine = status("user", "alice", (1.0, None))
+    fine.budget = ResourceStatus(499.0, 0.0, 500.0)
+    blocks = blocks_from([spent, fine])
+    assert blocks.accounts == {"lab": (("cpu", 0), ("gres/gpu", 0))} and blocks.users == {}
+    assert "budget 500.00 of 500.00" in blocks.notes[("account", "lab")]
+    desired = with_blocks(actual, blocks)
+    assert cmds(plan(desired, actual)) == [
+        "modify account where name=lab cluster=farm set MaxJobs=-1 GrpJobs=-1 MaxSubmit=-1 "
+        "MaxWall=-1 GrpTRESMins=cpu=0,gres/gpu=0"]
+    assert cmds(plan(desired, desired)) == []
+
+
 def test_new_rows_are_added_already_blocked():
     desired = with_blocks(
         state(accounts={"lab": AccountState("lab")},
