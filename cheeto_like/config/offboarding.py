@@ -44,3 +44,9 @@ class OffboardingConfig(Block):
 
     def for_site(self, site: str) -> SiteOffboarding:
         return self.sites.get(site, self.default)
+
+    def removes_anything(self) -> bool:
+        """Whether any site's policy changes a record (else the audit has nothing to
+        check beyond expiries)."""
+        return any(p.ssh_keys == "remove" or p.memberships == "remove" or p.storage != "keep"
+                   for p in (self.default, *self.sites.values()))

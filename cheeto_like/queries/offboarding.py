@@ -21,6 +21,7 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 
 from ..config.offboarding import OffboardingConfig
 from ..models import GroupMembership, SshKey, Storage, User, UserSiteInfo
+from ..models.base import rows
 from .access_policy import as_utc
 
 Session = AsyncClientSession | None
@@ -129,10 +130,10 @@ async def offboarding_findings(sites: list[str], now: datetime,
                      "offboarding without an expiry: the reap never deactivates them",
                      f"cheeto ng user expire -u {u.name} --at +30d")
              for u in await offboarding_without_expiry()]
-    if policy is None:
+    if policy is None or not policy.removes_anything():
         return found
-    reaped = [u.name for u in await User.find(User.status == "inactive").to_list()
-              if u.expires_at is not None]
+    reaped = [r["name"] for r in await rows(User, {"status": "inactive"}, "name", "expires_at")
+              if r.get("expires_at") is not None]
     for plan in await policy_plan(reaped, policy, now):
         for sp in plan.sites:
             if sp.site not in sites:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import datetime
 
 from .. import args as a
 from ..app import command, group_help
@@ -12,7 +13,7 @@ from ..output import esc
 group_help("ng", "program", help="programmes (cohorts): groups with start and end dates")
 
 
-def _date(text: str | None, flag: str):  # type: ignore[no-untyped-def]
+def _date(text: str | None, flag: str) -> datetime | None:
     return a.future_or_none(text, flag)
 
 
