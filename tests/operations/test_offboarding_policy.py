@@ -135,7 +135,8 @@ async def test_archive_policy_sets_expiry_and_says_by_hand(leaving):
     policy = OffboardingConfig(sites={"farm": SiteOffboarding(storage="archive",
                                                               storage_after_days=0)})
     dry = await reap_offboarded_users(leaving, AUTHOR, dry_run=True, offboarding=policy)
-    assert "archive by hand" in [r for r in dry.policy if r["site"] == "farm"][0]["storage"]
+    farm = next(r for r in dry.policy if r["site"] == "farm")
+    assert "archive by hand" in farm["storage"]
     await reap_offboarded_users(leaving, AUTHOR, offboarding=policy)
     home = await Storage.find_one(Storage.owner == "alice")
     assert as_utc(home.expires_at) <= utcnow() + timedelta(minutes=1)
