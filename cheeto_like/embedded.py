@@ -29,6 +29,9 @@ from .config import EmbeddedStoreConfig
 from .errors import ExternalError
 
 START_TIMEOUT_S = 20.0
+# a data directory's file system with less free space than this counts as full (SQLite
+# needs room for its journal, WAL index and pages to start at all)
+FULL_BELOW_BYTES = 1 << 20
 SOCKET_NAME = "store.sock"
 IDENTITY_NAME = "instance.id"
 TOKEN_NAME = "store.token"
@@ -259,12 +262,28 @@ class EmbeddedServer:
             if proc.poll() is not None:
                 if self.is_up():  # another client's start won the race
                     return self.pid() or proc.pid
+                self.raise_if_unwritable()
                 raise ExternalError(f"embedded store exited with code {proc.returncode}; "
                                     f"last log lines: {self.log_tail()}")
             time.sleep(0.05)
         proc.kill()
         raise ExternalError(f"embedded store did not listen on {self.address} within "
                             f"{START_TIMEOUT_S:.0f}s; last log lines: {self.log_tail()}")
+
+    def raise_if_unwritable(self) -> None:
+        """A server that died at start on a read-only or full file system: say that (an
+        ``OSError`` naming the data directory, as a write here would have), not its
+        SQLite traceback (``disk I/O error``)."""
+        import errno
+
+        try:
+            fs = os.statvfs(self.data_dir)
+        except OSError:
+            return
+        if fs.f_flag & os.ST_RDONLY:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self.data_dir))
+        if fs.f_bavail * fs.f_frsize < FULL_BELOW_BYTES:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.data_dir))
 
     def serve_foreground(self) -> None:
         """Replace this process with the server (``cheeto db serve``)."""

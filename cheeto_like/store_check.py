@@ -45,13 +45,15 @@ class CheckRow:
         return asdict(self)
 
 
-def check_files(config: MongoConfig, database: str) -> list[CheckRow]:
+def check_files(config: MongoConfig, database: str, *, frozen: bool = False) -> list[CheckRow]:
+    """``frozen``: no server can start on the files (a read-only or full file system),
+    so they are read as they are."""
     if not config.is_embedded:
         return [CheckRow("file", "-", "skipped",
                          detail="a real MongoDB: no store files to check (use its own tools)")]
     data_dir = Path(config.embedded.path)
     path = store_files.database_file(data_dir, database)
-    problems = store_files.integrity_check(path)
+    problems = store_files.integrity_check(path, frozen=frozen)
     recorded = store_files.read_marker(data_dir).get(database)
     if not problems and recorded is not None and recorded.get("inode") != path.stat().st_ino:
         problems.append("not the file the store marker recorded (its inode changed)")

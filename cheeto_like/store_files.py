@@ -271,16 +271,21 @@ def check_recorded(data_dir: Path) -> list[str]:
 # -- integrity (``cheeto db check``) ----------------------------------------------------
 
 
-def integrity_check(path: Path, *, max_lines: int = 5) -> list[str]:
+def integrity_check(path: Path, *, max_lines: int = 5, frozen: bool = False) -> list[str]:
     """SQLite's ``PRAGMA integrity_check`` on ``path``, opened read-only; [] when "ok".
 
     Read-only through a URI so the check can never create, modify or checkpoint the file
-    the server has open (the WAL is still read, so committed data is seen).
+    the server has open (the WAL is still read, so committed data is seen). ``frozen``
+    (no server can run on it: a full disk) reads the file as it is, as for a directory
+    nobody can write.
     """
     if (problem := header_problem(path)) is not None:
         return [f"file {problem}"]
+    # a directory nobody can write (a read-only file system) holds no live writer, and
+    # SQLite could not make the WAL's index there: read the file as it is (immutable)
+    immutable = "&immutable=1" if frozen or not os.access(path.parent, os.W_OK) else ""
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+        conn = sqlite3.connect(f"file:{path}?mode=ro{immutable}", uri=True, timeout=10)
         try:
             rows = conn.execute("PRAGMA integrity_check").fetchall()
         finally:

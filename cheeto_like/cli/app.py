@@ -417,7 +417,6 @@ def main(argv: list[str] | None = None, *, stdout: IO[str] | None = None,
 def _run(args: argparse.Namespace, handler: Handler, *, stdout: IO[str] | None,
          stderr: IO[str], stdin: IO[str] | None) -> int:
     import asyncio
-    import logging
 
     from ..config import load_config
     from .output import Output
@@ -440,6 +439,11 @@ def _run(args: argparse.Namespace, handler: Handler, *, stdout: IO[str] | None,
     except KeyboardInterrupt:
         out.error("interrupted")
         return 130
+    except OSError as exc:
+        if (line := storage_problem(exc, _data_dir(args))) is None:
+            return _internal_error(out, exc)
+        out.error(line)
+        return 1
     except Exception as exc:  # a bug: say so in one line, details in the log
         from pydantic import ValidationError
 
@@ -448,11 +452,47 @@ def _run(args: argparse.Namespace, handler: Handler, *, stdout: IO[str] | None,
 
             out.error(describe_validation_error(exc))
             return 2
-        logging.getLogger("cheeto_like").debug("unhandled exception", exc_info=True)
-        first = (str(exc).strip().splitlines() or [""])[0]
-        out.error(f"internal error: {type(exc).__name__}: {first} "
-                  "(rerun with --log --log-level DEBUG for a traceback)")
-        return 1
+        return _internal_error(out, exc)
+
+
+def _internal_error(out: Output, exc: BaseException) -> int:
+    import logging
+
+    logging.getLogger("cheeto_like").debug("unhandled exception", exc_info=True)
+    first = (str(exc).strip().splitlines() or [""])[0]
+    out.error(f"internal error: {type(exc).__name__}: {first} "
+              "(rerun with --log --log-level DEBUG for a traceback)")
+    return 1
+
+
+_STORAGE_ERRNOS = {"EROFS": "is on a read-only file system",
+                   "ENOSPC": "is on a full disk (no space left on the device)",
+                   "EDQUOT": "is on a disk whose quota is used up"}
+
+
+def _data_dir(args: argparse.Namespace) -> str | None:
+    """The embedded store's data directory of the config in use, if any."""
+    ctx = getattr(args, "ctx", None)
+    mongo = getattr(getattr(ctx, "config", None), "mongo", None)
+    if mongo is None or not mongo.is_embedded:
+        return None
+    return str(mongo.embedded.path)
+
+
+def storage_problem(exc: OSError, data_dir: str | None = None) -> str | None:
+    """A write refused by the file system (read-only, full, over quota) in one line,
+    naming the file (else the store's data directory); None for any other error."""
+    import errno
+
+    for name, words in _STORAGE_ERRNOS.items():
+        if exc.errno == getattr(errno, name, None):
+            where = str(exc.filename) if exc.filename else \
+                f"the store's data directory {data_dir}" if data_dir else \
+                "a file this command writes"
+            return (f"cannot write {where}: it {words}; free space or make its directory "
+                    f"writable (the embedded store needs to write its data directory), "
+                    f"then run the command again (`cheeto db check` reads a store as it is)")
+    return None
 
 
 def _login_name() -> str | None:

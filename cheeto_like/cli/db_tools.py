@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from .. import backup, store_files
 from ..embedded import EmbeddedServer
@@ -19,17 +20,58 @@ CHECK_COLUMNS = ["check", "target", "status", "documents", "invalid", "detail"]
 
 
 @command("db", "check", help="verify the store's files, every document against its model, "
-         "and the name registry", store=True)
+         "and the name registry")
 async def db_check(args: argparse.Namespace) -> int:
+    """Connects itself (not ``store=True``): an embedded store whose data directory is
+    read-only or on a full disk cannot start, and is then checked from its files alone
+    (opened read-only), the other checks ``skipped`` with the reason."""
+    from .app import storage_problem
+
     ctx = args.ctx
-    rows = await check_store(ctx.store, ctx.config.mongo, repair=args.repair)
+    mongo = ctx.config.mongo
+    try:
+        ctx.store = await connect(mongo, notify=ctx.out.info)
+    except OSError as exc:
+        reason = storage_problem(exc, str(mongo.embedded.path) if mongo.is_embedded else None)
+        if reason is None or not mongo.is_embedded:
+            raise
+        return _check_files_only(ctx, mongo, reason)
+    try:
+        rows = await check_store(ctx.store, mongo, repair=args.repair)
+    finally:
+        description, database = ctx.store.description, ctx.store.database.name
+        await ctx.store.close()
+        ctx.store = None
     data = [row.as_dict() for row in rows]
     sound = all(row.status != "problem" for row in rows)
-    ctx.out.table(data, title=f"store check: {ctx.store.description}", columns=CHECK_COLUMNS,
-                  data={"ok": sound, "database": ctx.store.database.name, "checks": data})
+    ctx.out.table(data, title=f"store check: {description}", columns=CHECK_COLUMNS,
+                  data={"ok": sound, "database": database, "checks": data})
     if not ctx.out.machine:
         if sound:
             ctx.out.success("the store is sound")
+        else:
+            ctx.out.error("the store has problems (see the table)")
+    return 0 if sound else 1
+
+
+def _check_files_only(ctx: Any, mongo: Any, reason: str) -> int:
+    """The store's files, read-only, when its server cannot start here."""
+    from ..store_check import CheckRow, check_files
+
+    rows = check_files(mongo, mongo.database, frozen=True)
+    why = "the store cannot start: " + reason.split(";")[0]
+    rows += [CheckRow(check, "-", "skipped", detail=why)
+             for check in ("documents", "names", "imports", "class batches")]
+    data = [row.as_dict() for row in rows]
+    sound = all(row.status != "problem" for row in rows)
+    ctx.out.table(data, title=f"store check (files only): {mongo.embedded.path}",
+                  columns=CHECK_COLUMNS,
+                  data={"ok": sound, "database": mongo.database, "files_only": True,
+                        "checks": data})
+    if not ctx.out.machine:
+        ctx.out.warn(f"checked the files only: {esc(why)}")
+        if sound:
+            ctx.out.success("the store's files are sound")
         else:
             ctx.out.error("the store has problems (see the table)")
     return 0 if sound else 1
