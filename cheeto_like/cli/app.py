@@ -329,14 +329,7 @@ async def _run_handler(args: argparse.Namespace, handler: Handler) -> int | None
 
     ctx: Context = args.ctx
     if getattr(handler, "needs_store", False):
-        if ctx.config.client_only and ctx.config.client is not None:
-            from ..errors import ConfigError
-
-            raise ConfigError(
-                f"{ctx.config.path} is a client's config (a `client` section, no `mongo`): "
-                f"this command needs the store, so run it where the store is (or give it "
-                f"--config with a mongo section); here, `cheeto login|me|usage|quota` "
-                f"ask the API at {ctx.config.client.url}")
+        refuse_client_only(ctx.config)
         ctx.store = await connect(ctx.config.mongo, notify=ctx.out.info)
         await _canonical_sites(args)
     label = getattr(handler, "progress_label", None)
@@ -348,6 +341,19 @@ async def _run_handler(args: argparse.Namespace, handler: Handler) -> int | None
     finally:
         if ctx.store is not None:
             await ctx.store.close()
+
+
+def refuse_client_only(config: Config) -> None:
+    """A store command under a client's config (a ``client`` section, no ``mongo``) is
+    one line, never a local embedded store started and answered from."""
+    if config.client_only and config.client is not None:
+        from ..errors import ConfigError
+
+        raise ConfigError(
+            f"{config.path} is a client's config (a `client` section, no `mongo`): "
+            f"this command needs the store, so run it where the store is (or give it "
+            f"--config with a mongo section); here, `cheeto login|me|usage|quota` "
+            f"ask the API at {config.client.url}")
 
 
 async def _canonical_sites(args: argparse.Namespace) -> None:

@@ -25,9 +25,10 @@ async def db_check(args: argparse.Namespace) -> int:
     """Connects itself (not ``store=True``): an embedded store whose data directory is
     read-only or on a full disk cannot start, and is then checked from its files alone
     (opened read-only), the other checks ``skipped`` with the reason."""
-    from .app import storage_problem
+    from .app import refuse_client_only, storage_problem
 
     ctx = args.ctx
+    refuse_client_only(ctx.config)
     mongo = ctx.config.mongo
     try:
         ctx.store = await connect(mongo, notify=ctx.out.info)

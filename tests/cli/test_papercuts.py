@@ -84,7 +84,8 @@ async def test_store_commands_with_a_client_only_config_say_so(cli, tmp_path):
     cfg = tmp_path / "client.yaml"
     cfg.write_text("client:\n  url: https://hpc.example.org/api\n")
     # (the session fails a test that starts the default embedded store, so none started)
-    for argv in (("ng", "user", "list"), ("ng", "site", "show", "-s", "farm")):
+    for argv in (("ng", "user", "list"), ("ng", "site", "show", "-s", "farm"),
+                 ("db", "check")):
         r = await cli(*argv, config=cfg)
         assert r.code == 2, r.stderr
         assert len(r.error_lines) == 1 and "is a client's config" in r.stderr
