@@ -318,9 +318,15 @@ class _Mapper:
     def _quota(self, kind: str, name: str, quotas: dict[str, float | None]) -> bool:
         stored = self.known.quotas.get((kind, name))
         wanted = {"cpu_minutes": quotas["cpu"], "gpu_minutes": quotas["gpu"]}
+        follows = list(FOLLOWS)
         if stored is not None:
+            # slurm-quota has no budgets (issue 28): a stored quota's budget, followed or
+            # its own, is the store's and is kept as it is
+            stored_follows = list(stored.get("follows_defaults") or [])
             same = (all(stored.get(k) == v for k, v in wanted.items())
-                    and list(stored.get("follows_defaults") or []) == FOLLOWS)
+                    and [f for f in stored_follows if f != "budget"] == FOLLOWS)
+            follows = stored_follows
+            wanted["budget"] = stored.get("budget")
             if not same:
                 self.refuse("quotas", f"{kind} {name}", (
                     f"the store holds another quota (CPU "
@@ -335,7 +341,7 @@ class _Mapper:
                                                                      name)
         return self.build("quotas", Quota, {
             "id": doc_id, "site": self.site, kind: name, **wanted, "period": "none",
-            "follows_defaults": FOLLOWS},
+            "follows_defaults": follows},
             f"{kind} {name}") is not None
 
     def _opening(self, kind: str, name: str, consumed: dict[str, float]) -> bool:

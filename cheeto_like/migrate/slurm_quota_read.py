@@ -99,7 +99,7 @@ async def known_state(site: str) -> Known:
     """The store's side, read raw (a site's users can be tens of thousands)."""
     quotas: dict[tuple[str, str], dict[str, Any]] = {}
     for row in await rows(Quota, {"site": site}, "_id", "user", "account", "cpu_minutes",
-                          "gpu_minutes", "period", "carry_over", "follows_defaults"):
+                          "gpu_minutes", "budget", "period", "carry_over", "follows_defaults"):
         if row.get("user") is not None:
             quotas[("user", row["user"])] = row
         elif row.get("account") is not None:
