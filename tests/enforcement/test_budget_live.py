@@ -11,13 +11,17 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from ruamel.yaml import YAML
 
+from cheeto_like.config import load_config
+from cheeto_like.daemon.quota_agent import QuotaAgent
 from cheeto_like.enforcement import table as qtable
+from cheeto_like.models import UsageRecord
 from cheeto_like.operations.quota import AdjustUsage, SetQuota, SetUsageRate
 from tests.factories import AUTHOR
 from tests.services.slurm_cluster import SlurmCluster
 
-from .live import QUOTA_REFUSAL, QuotaSite, write_config
+from .live import QUOTA_REFUSAL, QuotaSite, wait_for, write_config
 
 
 @pytest.fixture
@@ -122,3 +126,59 @@ async def test_a_reservations_file_from_before_budgets_is_altered_by_the_plugin(
     assert "cost_each" in columns
     assert costs(qsite) == [("qtbold", "lab", 0.0, 1), ("qtbold", "lab", 1.0, 1)]
     assert "budget 2.00 USD" in qsite.refused("qtbold", "lab", "--time=90", "-n1", "--hold")
+
+
+async def test_a_finished_job_is_charged_its_cost_and_a_spent_budget_blocks_in_slurm(
+        qsite, monkeypatch):
+    """End to end: the hook's charge prices the job at its start (cost on the record, in
+    the table's money used, its reservation released); a spent budget makes the agent's
+    Slurm sync write both zeros, and a credit lifts them."""
+    await qsite.build({"lab": ["qtbrun"]})
+    for key, value in qsite.cluster.env.items():
+        monkeypatch.setenv(key, value)
+    data = YAML(typ="safe").load(qsite.config_path.read_text())
+    data["daemon"] = {"default": {"tasks": {"slurm_sync": {"max_deletions": 0}}}}
+    YAML(typ="safe").dump(data, qsite.config_path)
+    # 3600 per CPU-hour: one per CPU-second, so a short job costs its elapsed seconds
+    await SetUsageRate.run(qsite.store, AUTHOR, site="farm", partition="cpu", cpu_hour=3600,
+                           gpu_hour=0)
+    await SetQuota.run(qsite.store, AUTHOR, site="farm", account="lab", budget=1000.0)
+    agent = QuotaAgent(qsite.store, load_config(qsite.config_path), "farm",
+                       qsite.cluster.enforcement)
+    await agent.one_pass()
+    job = qsite.accepted("qtbrun", "lab", "-n1", wrap="sleep 2")
+    assert costs(qsite) == [("qtbrun", "lab", 60.0, 1)]  # 1 CPU x 1 min at 60 per minute
+    assert qsite.cluster.wait_finished(job, timeout=60).state == "COMPLETED"
+
+    async def charged() -> UsageRecord | None:
+        await agent.one_pass()
+        return await UsageRecord.find_one({"job_id": job})
+
+    record = await wait_for(charged, 30, "the hook's charge")
+    assert record.cost == pytest.approx(record.cpus * record.elapsed_s, abs=0.01)
+    assert record.cost > 0
+    await wait_for(lambda: costs(qsite) == [], 15, "the reservation's release",
+                   interval=0.5)
+    with contextlib.closing(sqlite3.connect(qsite.cluster.enforcement.table)) as db:
+        [(spent,)] = db.execute("SELECT money_used FROM subjects WHERE name = 'lab'")
+    assert spent == pytest.approx(record.cost)
+
+    def limits() -> set[str]:
+        out = qsite.cluster.sacctmgr("-i", "-P", "-n", "show", "assoc", "where",
+                                     "accounts=lab", "format=user,grptresmins").stdout
+        # the account's own row (no user) carries an account's block
+        return {line.split("|", 1)[1] for line in out.splitlines()
+                if line.startswith("|") and line.split("|", 1)[1]}
+
+    assert limits() == set()
+    await AdjustUsage.run(qsite.store, AUTHOR, site="farm", account="lab", money=1000.0,
+                          reason="debit: the old system's bill")
+    assert (await agent.one_pass()).blocks_synced
+    assert limits() == {"cpu=0,gres/gpu=0"}
+    stderr = qsite.refused("qtbrun", "lab", "--hold")
+    assert "budget 1000.00 USD" in stderr
+    await AdjustUsage.run(qsite.store, AUTHOR, site="farm", account="lab", money=-1000.0,
+                          reason="credit")
+    assert (await agent.one_pass()).blocks_synced
+    assert limits() == set()
+    qsite.accepted("qtbrun", "lab", "--hold")
