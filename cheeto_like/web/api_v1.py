@@ -113,11 +113,13 @@ class TokenOut(BaseModel):
 
 
 class QuotaIn(BaseModel):
-    """Omitted fields keep their value; ``null`` means unlimited."""
+    """Omitted fields keep their value; ``null`` means unlimited (``budget``: none). A
+    budget is money in the site's currency (the config's ``usage.currency``)."""
 
     model_config = ConfigDict(extra="forbid")
     cpu_minutes: float | None = Field(default=None, ge=0, le=1e12)
     gpu_minutes: float | None = Field(default=None, ge=0, le=1e12)
+    budget: float | None = Field(default=None, ge=0, le=1e12)
     period: Period | None = None
     start: datetime | None = None
     end: datetime | None = None
@@ -130,6 +132,8 @@ class DefaultsIn(BaseModel):
     user_gpu_minutes: float | None = Field(default=None, ge=0, le=1e12)
     account_cpu_minutes: float | None = Field(default=None, ge=0, le=1e12)
     account_gpu_minutes: float | None = Field(default=None, ge=0, le=1e12)
+    user_budget: float | None = Field(default=None, ge=0, le=1e12)
+    account_budget: float | None = Field(default=None, ge=0, le=1e12)
     period: Period | None = None
     start: datetime | None = None
     end: datetime | None = None
@@ -142,6 +146,7 @@ class AdjustmentIn(BaseModel):
     account: str | None = Field(default=None, pattern=NAME)
     cpu_minutes: float = Field(default=0.0, ge=-1e12, le=1e12)
     gpu_minutes: float = Field(default=0.0, ge=-1e12, le=1e12)
+    money: float = Field(default=0.0, ge=-1e12, le=1e12)  # against a budget
     reason: str = Field(min_length=1, max_length=500)
 
 
@@ -382,10 +387,11 @@ def build_router(prefix: str) -> APIRouter:
         authorize(who, rules.QUOTA_WRITE)
         q = await SetQuota.run(store_of(request), who.author, site=site, **subject,
                                cpu_minutes=_kept(body, "cpu_minutes"),
-                               gpu_minutes=_kept(body, "gpu_minutes"), **_period(body))
+                               gpu_minutes=_kept(body, "gpu_minutes"),
+                               budget=_kept(body, "budget"), **_period(body))
         return {"site": q.site, "user": q.user, "account": q.account,
                 "cpu_minutes": q.cpu_minutes, "gpu_minutes": q.gpu_minutes,
-                "period": q.period, "carry_over": q.carry_over}
+                "budget": q.budget, "period": q.period, "carry_over": q.carry_over}
 
     @router.put("/quotas/{site}/users/{name}", summary="set a user's quota",
                 responses=WRITE_ERRORS, tags=["quota"])
@@ -455,9 +461,10 @@ def build_router(prefix: str) -> APIRouter:
         return await run_keyed(
             AdjustUsage, store_of(request), who, key, f"adjust:{site}", body,
             lambda a: {"user": a.user, "account": a.account, "cpu_minutes": a.cpu_minutes,
-                       "gpu_minutes": a.gpu_minutes, "reason": a.reason, "at": a.at},
+                       "gpu_minutes": a.gpu_minutes, "money": a.money, "reason": a.reason,
+                       "at": a.at},
             site=site, user=body.user, account=body.account, cpu_minutes=body.cpu_minutes,
-            gpu_minutes=body.gpu_minutes, reason=body.reason)
+            gpu_minutes=body.gpu_minutes, money=body.money, reason=body.reason)
 
     @router.get("/defaults/{site}", summary="a site's default quotas",
                 responses=READ_ERRORS, tags=["quota"])
@@ -478,7 +485,7 @@ def build_router(prefix: str) -> APIRouter:
 
         authorize(who, rules.QUOTA_WRITE)
         fields = ("user_cpu_minutes", "user_gpu_minutes", "account_cpu_minutes",
-                  "account_gpu_minutes")
+                  "account_gpu_minutes", "user_budget", "account_budget")
         d = await SetQuotaDefaults.run(store_of(request), who.author, site=site,
                                        **{f: _kept(body, f) for f in fields}, **_period(body))
         return _defaults_view(d.site, d)
@@ -647,12 +654,14 @@ def build_router(prefix: str) -> APIRouter:
 def _defaults_view(site: str, d: Any) -> dict[str, Any]:
     if d is None:
         return {"site": site, "user_cpu_minutes": None, "user_gpu_minutes": None,
-                "account_cpu_minutes": None, "account_gpu_minutes": None, "period": "none",
+                "account_cpu_minutes": None, "account_gpu_minutes": None,
+                "user_budget": None, "account_budget": None, "period": "none",
                 "carry_over": False, "set": False}
     return {"site": site, "user_cpu_minutes": d.user_cpu_minutes,
             "user_gpu_minutes": d.user_gpu_minutes,
             "account_cpu_minutes": d.account_cpu_minutes,
-            "account_gpu_minutes": d.account_gpu_minutes, "period": d.period,
+            "account_gpu_minutes": d.account_gpu_minutes, "user_budget": d.user_budget,
+            "account_budget": d.account_budget, "period": d.period,
             "period_start": d.period_start, "period_end": d.period_end,
             "carry_over": d.carry_over, "set": True}
 

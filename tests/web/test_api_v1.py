@@ -282,6 +282,26 @@ async def test_quota_round_trip_through_the_api(http, app):  # type: ignore[no-u
                            headers=await bearer(app, "alice"))).status_code == 403
 
 
+async def test_a_budget_round_trip_through_the_api(http, app):  # type: ignore[no-untyped-def]
+    """Issue 28: a budget (money in the site's currency), the defaults' budgets and a
+    money adjustment; the status carries money used against the budget."""
+    h = await bearer(app, "olga")
+    r = await http.put("/api/v1/quotas/farm/users/bob", headers=h, json={"budget": 50})
+    assert r.status_code == 200 and r.json()["budget"] == 50
+    r = await http.put("/api/v1/quotas/farm/users/bob", headers=h, json={"cpu_minutes": 10})
+    assert r.json()["budget"] == 50  # kept
+    r = await http.post("/api/v1/adjustments/farm", headers=h,
+                        json={"user": "bob", "money": 12.5, "reason": "storage"})
+    assert r.status_code == 201 and r.json()["money"] == 12.5
+    r = await http.put("/api/v1/defaults/farm", headers=h, json={"account_budget": 200})
+    assert r.status_code == 200 and r.json()["account_budget"] == 200
+    status = (await http.get("/api/v1/quotas/farm?user=bob", headers=h)).json()
+    budget = status["items"][0]["budget"]
+    assert (budget["used"], budget["quota"], budget["percent"]) == (12.5, 50, 25.0)
+    r = await http.put("/api/v1/quotas/farm/users/bob", headers=h, json={"budget": -1})
+    assert r.status_code == 422
+
+
 async def test_api_key_lifecycle(http, app, world, api_log):  # type: ignore[no-untyped-def]
     admin = await bearer(app, "adam")
     r = await http.post("/api/v1/api-keys", headers=admin,
