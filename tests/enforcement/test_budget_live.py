@@ -182,3 +182,19 @@ async def test_a_finished_job_is_charged_its_cost_and_a_spent_budget_blocks_in_s
     assert (await agent.one_pass()).blocks_synced
     assert limits() == set()
     qsite.accepted("qtbrun", "lab", "--hold")
+
+
+async def test_raising_a_time_limit_past_the_budget_is_refused(qsite):
+    await qsite.build({"lab": ["qtbmod"]})
+    await rates(qsite)
+    await SetQuota.run(qsite.store, AUTHOR, site="farm", account="lab", budget=2.0)
+    await qsite.refresh()
+    job = qsite.accepted("qtbmod", "lab", "--time=60", "-n1", "--hold")  # 1.00
+    raised = qsite.cluster._client(["scontrol", "update", f"jobid={job}", "TimeLimit=180"],
+                                   check=False)  # 3.00 > 2.00
+    assert raised.returncode != 0, raised
+    assert "TimeLimit=01:00:00" in qsite.cluster.scontrol("show", "job", job)
+    ok = qsite.cluster._client(["scontrol", "update", f"jobid={job}", "TimeLimit=120"],
+                               check=False)  # 2.00: fits exactly
+    assert ok.returncode == 0, ok
+    assert costs(qsite) == [("qtbmod", "lab", 2.0, 1)]
