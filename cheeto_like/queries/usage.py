@@ -129,7 +129,8 @@ def ledger_match(site: str, start: datetime, end: datetime, *, user: str | None 
 
 async def usage_report(site: str, start: datetime, end: datetime, *, by: str | None = None,
                        user: str | None = None, account: str | None = None,
-                       rates: Mapping[str, Rate] | None = None) -> UsageReport:
+                       rates: Mapping[str, Rate] | None = None,
+                       stored_costs: bool = False) -> UsageReport:
     """Usage of ``site`` (optionally one user or account) in [start, end), grouped by
     ``by``. ``rates`` maps a partition (or ``*`` for the rest) to its prices; without
     it the report has no cost column.
@@ -137,9 +138,47 @@ async def usage_report(site: str, start: datetime, end: datetime, *, by: str | N
     Without a rate card this is one aggregation. With one, a cost needs the minutes of
     each (group, partition): one aggregation by partition, then one per partition found
     (grouping on a ``$concat`` key would be one query, but the embedded store runs such
-    a group in Python, about 6x slower). Either way the count does not grow with jobs."""
+    a group in Python, about 6x slower). Either way the count does not grow with jobs.
+
+    ``stored_costs`` (issue 28): a record priced at its collect (``UsageRecord.cost``, the
+    rate at the job's start) counts its stored cost, and only the records without one are
+    priced here with ``rates`` (the config's card; ``{}``: none): the same aggregations
+    again over the priced records (``cost >= 0``), the remainder by subtraction. Not for
+    ``gpu-type`` rows (a job's cost is not split by GPU type)."""
     match = ledger_match(site, start, end, user=user, account=account)
     priced = rates is not None
+    parts, queries = await _parts(match, by, priced)
+    stored: dict[tuple[str | None, str | None], dict[str, Any]] = {}
+    if priced and stored_costs and by != "gpu-type":
+        stored, more = await _parts({**match, "cost": {"$gte": 0}}, by, priced)
+        queries += more
+    rows: dict[str | None, ReportRow] = {}
+    total = ReportRow(key=None)
+    for (key, partition), doc in parts.items():
+        row = rows.setdefault(key, ReportRow(key=key))
+        done = stored.get((key, partition))
+        rest = doc if done is None else {
+            name: float(doc[name] or 0) - float(done[name] or 0)
+            for name in ("jobs", "cpu_minutes", "gpu_minutes")}
+        cost = _cost(rest, partition, rates) if float(rest["jobs"] or 0) > 0 else 0.0
+        paid = float(done.get("cost") or 0) if done is not None else 0.0
+        for target in (row, total):
+            target.jobs += int(doc["jobs"])
+            target.cpu_minutes += float(doc["cpu_minutes"] or 0)
+            target.gpu_minutes += float(doc["gpu_minutes"] or 0)
+            target.cost += (cost or 0.0) + paid
+            if priced and cost is None and partition is not None:
+                target.unpriced_partitions.add(partition)
+    ordered = [rows[k] for k in sorted(rows, key=lambda k: (k is None, k or ""))]
+    if by is None:
+        ordered = [total] if total.jobs else []
+    return UsageReport(site=site, start=start, end=end, by=by, rows=ordered, total=total,
+                       priced=priced, queries=queries)
+
+
+async def _parts(match: dict[str, Any], by: str | None, priced: bool,
+                 ) -> tuple[dict[tuple[str | None, str | None], dict[str, Any]], int]:
+    """The sums of ``match`` per (group, partition) and how many queries it took."""
     if by is None or by == "partition" or not priced:
         raw = await _aggregate(match, by or "partition")
         queries = 1
@@ -152,23 +191,7 @@ async def usage_report(site: str, start: datetime, end: datetime, *, by: str | N
         for partition in partitions:
             for doc in await _aggregate({**match, "partition": partition}, by):
                 parts[(_key(doc["_id"]), partition)] = doc
-    rows: dict[str | None, ReportRow] = {}
-    total = ReportRow(key=None)
-    for (key, partition), doc in parts.items():
-        row = rows.setdefault(key, ReportRow(key=key))
-        cost = _cost(doc, partition, rates)
-        for target in (row, total):
-            target.jobs += int(doc["jobs"])
-            target.cpu_minutes += float(doc["cpu_minutes"] or 0)
-            target.gpu_minutes += float(doc["gpu_minutes"] or 0)
-            target.cost += cost or 0.0
-            if priced and cost is None and partition is not None:
-                target.unpriced_partitions.add(partition)
-    ordered = [rows[k] for k in sorted(rows, key=lambda k: (k is None, k or ""))]
-    if by is None:
-        ordered = [total] if total.jobs else []
-    return UsageReport(site=site, start=start, end=end, by=by, rows=ordered, total=total,
-                       priced=priced, queries=queries)
+    return parts, queries
 
 
 async def _aggregate(match: dict[str, Any], by: str) -> list[dict[str, Any]]:
@@ -180,7 +203,7 @@ async def _aggregate(match: dict[str, Any], by: str) -> list[dict[str, Any]]:
                 "gpu_minutes": {"$sum": "$gpus.minutes"}}
     else:
         sums = {"jobs": {"$sum": 1}, "cpu_minutes": {"$sum": "$cpu_minutes"},
-                "gpu_minutes": {"$sum": "$gpu_minutes"}}
+                "gpu_minutes": {"$sum": "$gpu_minutes"}, "cost": {"$sum": "$cost"}}
     pipeline.append({"$group": {"_id": _FIELD[by], **sums}})
     collection = UsageRecord.get_pymongo_collection()
     return await (await collection.aggregate(pipeline, batchSize=BATCH)).to_list()

@@ -192,3 +192,24 @@ async def test_a_gpu_factor_counts_in_the_cost_through_the_gpu_minutes(farm):
                  await factor_table("farm"), rates=rates)
     [record] = await UsageRecord.find({}).to_list()
     assert (record.gpu_minutes, record.cost) == (120.0, 2.0)  # 1 GPU-hour x 2 x 1.0
+
+
+async def test_the_report_counts_stored_costs_and_prices_only_the_rest(farm):
+    """Records priced at their start keep their cost in ``ng usage report``; records from
+    before any rate are priced with the config's card, as before; a query per part."""
+    from cheeto_like.queries.usage import Rate, usage_report
+
+    start = utcnow() - timedelta(hours=5)
+    factors = await factor_table("farm")
+    await ingest(farm, "farm", [job("1", start=start, minutes=60)], factors)  # unpriced
+    await ingest(farm, "farm", [job("2", start=start, minutes=60),
+                                job("3", "bob", start=start, minutes=30)], factors,
+                 rates=RateTable.build([], seed={"*": (10.0, 0.0)}))  # 20.00 and 10.00
+    end = utcnow() + timedelta(hours=1)
+    report = await usage_report("farm", start, end, by="user",
+                                rates={"*": Rate(cpu_hour=1.0)}, stored_costs=True)
+    # alice: 20.00 stored + 2 CPU-hours at the card's 1.00; bob: 10.00 stored
+    assert {r["user"]: r["cost"] for r in report.table()} == {"alice": 22.0, "bob": 10.0}
+    assert report.total.cost == 32.0 and report.queries == 4  # 2 + 2 priced
+    nothing = await usage_report("farm", start, end, rates={}, stored_costs=True)
+    assert nothing.total.cost == 30.0 and nothing.total.unpriced_partitions == {"cpu"}

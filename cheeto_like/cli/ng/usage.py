@@ -141,17 +141,20 @@ def report_window(args: argparse.Namespace) -> tuple[datetime, datetime, str]:
          store=True)
 async def usage_report(args: argparse.Namespace) -> int:
     from ...queries.site import get_site
-    from ...queries.usage import Rate
+    from ...queries.usage import Rate, list_rates
     from ...queries.usage import usage_report as build
 
     ctx = args.ctx
     site = await get_site(args.site)
     start, end, period = report_window(args)
-    card = ctx.config.usage.rates.get(site.name)
+    card = ctx.config.usage.rates.get(site.name) or {}
+    # priced when the config or the store has rates: records carry the cost of their
+    # start (issue 28); records from before that are priced with the config's card
+    stored = bool(await list_rates(site.name))
     rates = ({p: Rate(r.cpu_hour, r.gpu_hour) for p, r in card.items()}
-             if card and not args.no_cost else None)
+             if (card or stored) and not args.no_cost else None)
     report = await build(site.name, start, end, by=args.by, user=args.user,
-                         account=args.account, rates=rates)
+                         account=args.account, rates=rates, stored_costs=True)
     rows = report.table()
     if args.csv:
         ctx.out.write_raw(csv_text(site.name, start, end, report.columns(), rows))
