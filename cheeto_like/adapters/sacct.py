@@ -230,13 +230,36 @@ class Sacct:
 
 @dataclass(frozen=True)
 class TaggedJobs:
-    """``Sacct.by_ids``: finished jobs with their admin comments, and the ids sacct
-    listed but cannot call finished yet (slurmdbd gets a job's end a moment after the
-    completion hook runs)."""
+    """``Sacct.by_ids``: finished jobs with their admin comments; the ids sacct listed
+    but cannot call finished yet (slurmdbd gets a job's end a moment after the
+    completion hook runs); and the array elements that ended without ever starting
+    (one ``123_[4-7]`` record: final, nothing to charge)."""
 
     jobs: tuple[SacctJob, ...]
     comments: Mapping[str, str]
     unfinished: tuple[str, ...]
+    never_ran: frozenset[str] = frozenset()
+
+
+_RANGE_ID = re.compile(r"^(?P<job>\d+)_\[(?P<spec>[^\]]*)\]$")
+NOT_FINAL = ("RUNNING", "PENDING", "REQUEUED", "SUSPENDED", "COMPLETING", "RESIZING")
+
+
+def array_elements(job_id: str) -> list[str]:
+    """``123_[0-6:2,9%2]`` -> 123_0, 123_2, 123_4, 123_6, 123_9 (sacct's and squeue's
+    range notation; [] for anything else)."""
+    match = _RANGE_ID.match(job_id)
+    if match is None:
+        return []
+    found = []
+    for item in match["spec"].split("%")[0].split(","):
+        first, _, rest = item.partition("-")
+        last, _, step = rest.partition(":")
+        if not first.isdigit() or (rest and not last.isdigit()) or (step and not step.isdigit()):
+            return []
+        stop = int(last) if rest else int(first)
+        found += [f"{match['job']}_{n}" for n in range(int(first), stop + 1, int(step or 1))]
+    return found
 
 
 def parse_tagged(text: str) -> TaggedJobs:
@@ -244,23 +267,28 @@ def parse_tagged(text: str) -> TaggedJobs:
     jobs: list[SacctJob] = []
     comments: dict[str, str] = {}
     unfinished: list[str] = []
+    never_ran: set[str] = set()
     for line in text.splitlines():
         if not line.strip():
             continue
         parts = line.split("|", len(FIELDS))
         if len(parts) != len(FIELDS) + 1:
             continue
+        state = (parts[FIELDS.index("State")].split() or ["UNKNOWN"])[0]
+        if elements := array_elements(parts[0].strip()):
+            (unfinished.extend if state in NOT_FINAL else never_ran.update)(elements)
+            continue
         try:
             job = parse_line("|".join(parts[:len(FIELDS)]))
         except SacctParseError:
             unfinished.append(parts[0].strip())
             continue
-        if job.state in ("RUNNING", "PENDING", "REQUEUED", "SUSPENDED", "COMPLETING"):
+        if job.state in NOT_FINAL:
             unfinished.append(job.job_id)
             continue
         jobs.append(job)
         comments[job.job_id] = parts[-1]
-    return TaggedJobs(tuple(jobs), comments, tuple(unfinished))
+    return TaggedJobs(tuple(jobs), comments, tuple(unfinished), frozenset(never_ran))
 
 
 async def by_ids(sacct: Sacct, cluster: str, ids: list[str]) -> TaggedJobs:

@@ -36,6 +36,7 @@ async def daemon_quota_agent(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace) -> int:
     from ..adapters.sacct import Sacct
     from ..adapters.scontrol import SControl
+    from ..adapters.squeue import Squeue
     from ..daemon.quota_agent import QuotaAgent
     from ..enforcement.layout import layout
     from ..queries.site import get_site
@@ -49,7 +50,7 @@ async def _serve(args: argparse.Namespace) -> int:
                                   f"enforcement install -s {site.name}` first")
     agent = QuotaAgent(ctx.store, ctx.config, site.name, where,
                        sacct=Sacct(timeout=args.timeout), scontrol=SControl(timeout=args.timeout),
-                       sync_blocks=not args.no_blocks)
+                       squeue=Squeue(timeout=args.timeout), sync_blocks=not args.no_blocks)
     if args.once:
         report = await agent.one_pass()
         if ctx.out.machine:

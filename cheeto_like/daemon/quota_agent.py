@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import pwd
-import re
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,13 +34,15 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.sacct import Sacct
-from ..adapters.scontrol import SControl, live_job_lines, show_jobs
+from ..adapters.scontrol import SControl, show_jobs
+from ..adapters.squeue import Squeue, every_job
 from ..config import Config
 from ..config.slurm import QuotaEnforcement
 from ..enforcement import table as qtable
-from ..enforcement.charge import charge_spool, read_spool, reservation_of
+from ..enforcement.charge import Ledgered, charge_jobs, charge_spool, read_spool
 from ..enforcement.desired import build_table
 from ..enforcement.layout import Layout
+from ..enforcement.sweep import parse_queue, parse_tags, plan_sweep
 from ..errors import CheetoError
 from ..models.fields import utcnow
 from ..queries.generations import all_generations, site_generation
@@ -49,7 +52,8 @@ from ..store import Store
 log = logging.getLogger(__name__)
 
 SWEEP_SECONDS = 30.0
-_TAG_WORD = re.compile(r"AdminComment=.*")
+BLOCKS_RETRY_SECONDS = 30.0
+RELEASED_KEPT_SECONDS = 7 * 86400
 
 
 def out_of_quota(table: qtable.Table) -> frozenset[tuple[str, str]]:
@@ -83,6 +87,7 @@ class QuotaAgent:
     where: Layout
     sacct: Sacct = field(default_factory=Sacct)
     scontrol: SControl = field(default_factory=SControl)
+    squeue: Squeue = field(default_factory=Squeue)
     sync_blocks: bool = True
     _generation: Any = None
     _built_at: float = 0.0
@@ -91,6 +96,13 @@ class QuotaAgent:
     _blocked: frozenset[tuple[str, str]] | None = None
     _swept_at: float = 0.0
     _cluster: str | None = None
+    _blocks_retry_at: float | None = None
+    # reservation id -> the jobs seen holding it (``enforcement.sweep``)
+    _seen: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+    # an open handle on the plugin's file: SQLite deletes the WAL when its last
+    # connection closes, and the plugin opens and closes it per submission; with this one
+    # open, a submission does not pay for a checkpoint and a new WAL every time
+    _keepalive: sqlite3.Connection | None = None
 
     @property
     def settings(self) -> QuotaEnforcement:
@@ -109,22 +121,54 @@ class QuotaAgent:
 
         return config_seed(self.config.usage, self.site)
 
+    def _ensure_spool(self) -> None:
+        """The hook writes as SlurmUser: a spool this (root) process had to re-create
+        must be theirs, or every completion would be lost."""
+        if self.where.spool.is_dir():
+            return
+        self.where.spool.mkdir(mode=0o700, parents=True, exist_ok=True)
+        owner = self._owner()
+        if owner is not None and os.geteuid() == 0:
+            os.chown(self.where.spool, *owner)
+
+    def _keep_wal(self) -> None:
+        if self._keepalive is None and self.where.reservations.is_file():
+            self._keepalive = sqlite3.connect(self.where.reservations, timeout=5)
+
     async def one_pass(self) -> PassReport:
+        """One pass; a step that fails (sacct, squeue) is logged and the others still
+        run, so the table keeps its freshness while slurmdbd is away (the reservations
+        it cannot release stay counted: over, never under)."""
         report = PassReport()
+        errors: list[str] = []
         if self._cluster is None:
             self._cluster = (await get_site(self.site)).cluster_name
-        self.where.spool.mkdir(mode=0o700, parents=True, exist_ok=True)
-        entries = read_spool(self.where.spool)
+        self._ensure_spool()
+        self._keep_wal()
         charged = None
-        if entries:
-            charged = await charge_spool(self.store, self.site, self._cluster, entries,
-                                         self.sacct, seed=self._seed())
-            report.charged, report.waiting = charged.jobs, charged.waiting
-        generation = site_generation(await all_generations(), self.site)
+        try:
+            entries = read_spool(self.where.spool)
+            if entries:
+                charged = await charge_spool(self.store, self.site, self._cluster, entries,
+                                             self.sacct, seed=self._seed())
+                report.charged, report.waiting = charged.jobs, charged.waiting
+        except CheetoError as exc:
+            errors.append(f"charge: {exc.message}")
         now = time.time()
+        drops: list[str] = []
+        swept: Ledgered | None = None
+        if now - self._swept_at >= SWEEP_SECONDS and self.where.reservations.is_file():
+            try:
+                drops, swept = await self._sweep(now)
+                self._swept_at = now
+                report.charged = [*report.charged, *swept.jobs]
+            except CheetoError as exc:
+                errors.append(f"sweep: {exc.message}")
+        generation = site_generation(await all_generations(), self.site)
         due = (generation != self._generation or bool(report.charged)
                or now - self._built_at >= self.settings.refresh_seconds
                or (self._next_change is not None and utcnow() >= self._next_change)
+               or (self._blocks_retry_at is not None and now >= self._blocks_retry_at)
                or not self.where.table.is_file())
         if due:
             built = await build_table(self.site, datetime.now(UTC), seed=self._seed(),
@@ -134,54 +178,64 @@ class QuotaAgent:
                 qtable.write_table(self.where.table, built.table, owner=self._owner())
                 report.rebuilt = True
             else:
-                qtable.touch_table(self.where.table)
+                qtable.touch_table(self.where.table, owner=self._owner())
                 report.touched = True
             self._generation, self._built_at = generation, now
             self._next_change, self._fingerprint = built.next_change, fingerprint
-            blocked = out_of_quota(built.table)
-            if self._blocked is not None and blocked != self._blocked and self.sync_blocks:
-                report.blocks_synced = await self._sync_blocks()
-            self._blocked = blocked
+            report.blocks_synced = await self._follow_blocks(out_of_quota(built.table), now)
+        # after the table shows the charges: in between a job counts twice, never zero
+        releases = [*(charged.releases if charged else ()), *(swept.releases if swept else ())]
+        if releases or drops:
+            with qtable.reservations(self.where.reservations, self._owner()) as db:
+                report.released = qtable.release(db, releases)
+                report.swept = qtable.drop(db, drops,
+                                           released_before=now - RELEASED_KEPT_SECONDS)
         if charged is not None:
-            if charged.releases:
-                with qtable.reservations(self.where.reservations, self._owner()) as db:
-                    report.released = qtable.release(db, charged.releases)
             for path in charged.done:
                 path.unlink(missing_ok=True)
-        if now - self._swept_at >= SWEEP_SECONDS:
-            report.swept = await self.sweep()
-            self._swept_at = now
+        report.error = "; ".join(errors) or None
+        for line in errors:
+            log.warning("quota agent %s: %s", self.site, line)
         return report
 
-    async def sweep(self) -> int:
-        """Drop reservations of jobs slurmctld no longer holds (older than the grace)."""
-        if not self.where.reservations.is_file():
-            return 0
-        try:
-            result = await show_jobs(self.scontrol)
-        except CheetoError as exc:  # scontrol missing on this host
-            log.warning("quota agent %s: %s; reservations kept", self.site, exc.message)
-            return 0
-        if not result.ok:
-            log.warning("quota agent %s: scontrol show job failed (%s); reservations kept",
-                        self.site, result.summary())
-            return 0
-        live: set[str] = set()
-        for line in live_job_lines(result.stdout):
-            comment = _TAG_WORD.search(line)
-            if comment and (rid := reservation_of(comment[0][len("AdminComment="):])):
-                live.add(rid)
-        grace = time.time() - self.settings.reservation_grace_seconds
-        with qtable.reservations(self.where.reservations, self._owner()) as db:
-            stale = [r.id for r in qtable.list_reservations(db)
-                     if r.id not in live and r.created < grace]
-            return qtable.drop(db, stale, released_before=time.time() - 7 * 86400)
+    async def _follow_blocks(self, blocked: frozenset[tuple[str, str]], now: float) -> bool:
+        """Run the Slurm sync when the out-of-quota set moved; a sync that failed is
+        tried again after ``BLOCKS_RETRY_SECONDS`` (the set is remembered only once the
+        blocks were written, or when nobody is to write them here)."""
+        if self._blocked is None or blocked == self._blocked or not self.sync_blocks:
+            self._blocked, self._blocks_retry_at = blocked, None
+            return False
+        outcome = await self._sync_blocks()
+        if outcome is False:
+            self._blocks_retry_at = now + BLOCKS_RETRY_SECONDS
+            return False
+        self._blocked, self._blocks_retry_at = blocked, None
+        return bool(outcome)
 
-    async def _sync_blocks(self) -> bool:
+    async def _sweep(self, now: float) -> tuple[list[str], Ledgered]:
+        """What the hook missed (``enforcement.sweep``): reservations whose jobs ended
+        are charged from sacct first and go once complete; ones that never became a job
+        go after the grace. Returns the reservations to drop and what was charged."""
+        assert self._cluster is not None
+        queue_text = await every_job(self.squeue, self._cluster)
+        shown = await show_jobs(self.scontrol)
+        if not shown.ok:
+            raise CheetoError(f"scontrol show job failed ({shown.summary()})")
+        with qtable.reservations(self.where.reservations, self._owner()) as db:
+            rows = [(r.id, r.user, r.created) for r in qtable.list_reservations(db)]
+        plan = plan_sweep(rows, parse_queue(queue_text), parse_tags(shown.stdout),
+                          self._seen, now=now,
+                          grace=self.settings.reservation_grace_seconds)
+        ledgered = await charge_jobs(self.store, self.site, self._cluster, plan.ids(),
+                                     self.sacct, seed=self._seed())
+        return [*plan.drop, *plan.ready(ledgered.complete)], ledgered
+
+    async def _sync_blocks(self) -> bool | None:
         """The ``slurm_sync`` task's body on this agent's store connection (the task's
         own runner connects and rebinds the models, which would leave this process's
         models on a closed client); the sync's lease keeps it from overlapping a
-        scheduled run (``Busy``: that run writes the blocks)."""
+        scheduled run. True: written; None: no slurm_sync task here (the scheduled sync
+        elsewhere writes them); False: it failed (tried again)."""
         from .config import TASKS, daemon_config, task_block
         from .tasks import _slurm, resolve_author
 
@@ -190,7 +244,7 @@ class QuotaAgent:
         except CheetoError as exc:
             log.info("quota agent %s: the out-of-quota set changed; no Slurm sync (%s)",
                      self.site, exc.message)
-            return False
+            return None
         try:
             author = await resolve_author(self.store, daemon_config(self.config).author)
             await _slurm(self.store, self.config, block, self.site, author)

@@ -82,6 +82,65 @@ class Charged:
     done: list[Path] = field(default_factory=list)
 
 
+def _base(job_id: str) -> str:
+    return job_id.split("_", 1)[0].split("+", 1)[0]
+
+
+@dataclass
+class Ledgered:
+    """``charge_jobs``: what sacct had, charged; which asked ids are complete."""
+
+    jobs: list[str] = field(default_factory=list)  # ids whose record was written
+    counts: IngestCounts = field(default_factory=IngestCounts)
+    releases: list[tuple[str, str]] = field(default_factory=list)
+    complete: set[str] = field(default_factory=set)
+
+
+async def charge_jobs(store: Store, site: str, cluster: str, ids: list[str], sacct: Sacct,
+                      *, ages: Mapping[str, float] | None = None,
+                      give_up: float = GIVE_UP_SECONDS,
+                      seed: Mapping[str, tuple[float, float]] | None = None) -> Ledgered:
+    """Charge every finished job of ``ids`` (``123``, ``120_3``, or an array's own id
+    ``120`` for all its elements) from sacct's records. An id is *complete* when sacct
+    calls every record under it final and each is in the ledger: only then may its
+    reservation go (a job whose end slurmdbd has not received yet waits)."""
+    out = Ledgered()
+    if not ids:
+        return out
+    ages = ages or {}
+    factors = await factor_table(site)
+    rates = await rate_table(site, seed)
+    tagged = await by_ids(sacct, cluster, ids)
+    finished = {job.job_id: job for job in tagged.jobs if job.cluster in (cluster, "")}
+    held_back: set[str] = set()
+    if rates:
+        # slurmdbd fills a short job's Partition a few seconds after its end (measured on
+        # 22.05, docs/quota-enforcement.md): priced now it would cost nothing, so it waits
+        # for the next pass (until ``give_up``: then charged as it is, and a later
+        # collect replaces the record once sacct has the partition)
+        for job_id, job in list(finished.items()):
+            age = ages.get(job_id, ages.get(_base(job_id), 0.0))
+            if not job.partition and age <= give_up:
+                held_back.add(job_id)
+                del finished[job_id]
+    counts = await ingest(store, site, finished.values(), factors, rates=rates)
+    out.counts = counts
+    written = counts.inserted + counts.replaced
+    for job_id, job in finished.items():
+        if written:
+            out.jobs.append(job.job_id)
+        if (rid := reservation_of(tagged.comments.get(job_id, ""))) is not None:
+            out.releases.append((rid, job_id))
+    pending_bases = {_base(j) for j in (*tagged.unfinished, *held_back)}
+    for asked in ids:
+        if asked in finished or asked in tagged.never_ran:
+            out.complete.add(asked)
+        elif "_" not in asked and asked not in pending_bases and any(
+                _base(j) == asked for j in (*finished, *tagged.never_ran)):
+            out.complete.add(asked)  # every element of the array is final and charged
+    return out
+
+
 async def charge_spool(store: Store, site: str, cluster: str, entries: list[SpoolEntry],
                        sacct: Sacct, *, give_up: float = GIVE_UP_SECONDS,
                        batch: int = 200,
@@ -90,30 +149,18 @@ async def charge_spool(store: Store, site: str, cluster: str, entries: list[Spoo
     removed here: the caller removes ``done`` once the table shows the charge. ``seed``:
     the config's rate card (``queries.usage.config_seed``), as ``collect`` prices."""
     out = Charged()
-    factors = await factor_table(site)
-    rates = await rate_table(site, seed)
     for start in range(0, len(entries), batch):
         part = entries[start:start + batch]
-        tagged = await by_ids(sacct, cluster, [e.job_id for e in part])
-        finished = {job.job_id: job for job in tagged.jobs if job.cluster in (cluster, "")}
-        if rates:
-            # slurmdbd fills a short job's Partition a few seconds after its end (measured
-            # on 22.05, docs/quota-enforcement.md): priced now it would cost nothing, so
-            # it waits for the next pass (until ``give_up``: then charged as it is, and a
-            # later collect replaces the record once sacct has the partition)
-            ages = {e.job_id: e.age for e in part}
-            for job_id in [j for j, job in finished.items()
-                           if not job.partition and ages.get(j, 0.0) <= give_up]:
-                del finished[job_id]
-        counts = await ingest(store, site, finished.values(), factors, rates=rates)
+        ledgered = await charge_jobs(store, site, cluster, [e.job_id for e in part], sacct,
+                                     ages={e.job_id: e.age for e in part},
+                                     give_up=give_up, seed=seed)
         for name in ("seen", "inserted", "replaced", "unchanged", "queries"):
-            setattr(out.counts, name, getattr(out.counts, name) + getattr(counts, name))
-        for job_id, job in finished.items():
-            out.jobs.append(job.job_id)
-            if (rid := reservation_of(tagged.comments.get(job_id, ""))) is not None:
-                out.releases.append((rid, job_id))
+            setattr(out.counts, name, getattr(out.counts, name)
+                    + getattr(ledgered.counts, name))
+        out.jobs.extend(ledgered.jobs)
+        out.releases.extend(ledgered.releases)
         for entry in part:
-            if entry.job_id in finished:
+            if entry.job_id in ledgered.complete:
                 out.done.append(entry.path)
             elif entry.age > give_up:
                 out.dropped.append(entry.job_id)

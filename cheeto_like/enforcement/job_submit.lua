@@ -109,7 +109,7 @@ local function gpu_items(spec)
   return found
 end
 
-local function partition_minutes(names, part_list)
+local function partition_minutes(names, part_list, max_only)
   -- the longest default (else maximum) time of the partitions the job may run in;
   -- nil when one of them is unbounded
   local longest = 0
@@ -122,7 +122,8 @@ local function partition_minutes(names, part_list)
     local pick = next(wanted) == nil and part.flag_default == 1 or wanted[part.name or name]
     if pick then
       seen = true
-      local minutes = number_or_nil(part.default_time) or number_or_nil(part.max_time)
+      local minutes = number_or_nil(part.max_time)
+      if not max_only then minutes = number_or_nil(part.default_time) or minutes end
       if minutes == nil then return nil end
       if minutes > longest then longest = minutes end
     end
@@ -157,7 +158,12 @@ local function shape(fields, part_list)
   end
   if cpus < nodes then cpus = nodes end
   local minutes = number_or_nil(fields.time_limit)
-  if minutes == nil then minutes = partition_minutes(fields.partition, part_list) end
+  if fields.time_limit == INFINITE then
+    -- --time=UNLIMITED: as long as the partition lets it run (nil: unbounded)
+    minutes = partition_minutes(fields.partition, part_list, true)
+  elseif minutes == nil then
+    minutes = partition_minutes(fields.partition, part_list)
+  end
   local gpus = {}
   local function add(spec, times)
     for _, item in ipairs(gpu_items(spec)) do
@@ -211,6 +217,10 @@ local function open_reservations()
   dbh:autocommit(true)
   exec(dbh, "PRAGMA busy_timeout=2000")
   exec(dbh, "PRAGMA journal_mode=WAL")
+  -- WAL + NORMAL: a commit waits for no fsync inside slurmctld's lock; a crash of the
+  -- host (not of slurmctld) may lose the last few reservations, whose jobs are still
+  -- charged when they end
+  exec(dbh, "PRAGMA synchronous=NORMAL")
   exec(dbh, "CREATE TABLE IF NOT EXISTS reservations (id TEXT PRIMARY KEY, user TEXT NOT NULL,"
     .. " account TEXT NOT NULL, cpu_each REAL NOT NULL, gpu_each REAL NOT NULL,"
     .. " count INTEGER NOT NULL, created INTEGER NOT NULL, cost_each REAL NOT NULL DEFAULT 0)")
@@ -407,6 +417,7 @@ local function check_submit(job_desc, part_list)
   if user == nil or account == nil then
     return stale("the job's user or account is unknown")
   end
+  account = string.lower(account)  -- Slurm stores `-A LAB` as lab
   local count = array_count(job_desc.array_inx)
   if count == nil then return stale("cannot read the array " .. tostring(job_desc.array_inx)) end
   local cpus, minutes, gpus = shape({
@@ -417,6 +428,7 @@ local function check_submit(job_desc, part_list)
     tres_per_task = job_desc.tres_per_task, tres_per_socket = job_desc.tres_per_socket,
     sockets_per_node = job_desc.sockets_per_node}, part_list)
   local t, why = read_table(user, account)
+  if t == nil and CONFIG.on_stale == "fail_closed" then return stale(why) end
   local dbh = open_reservations()
   local factors = t or {factors = {}}
   if minutes == nil then
@@ -461,12 +473,13 @@ local function check_submit(job_desc, part_list)
 end
 
 local function pick(new, old)
-  if number_or_nil(new) ~= nil then return new end
+  if new == INFINITE or number_or_nil(new) ~= nil then return new end
   return old
 end
 
 local function check_modify(job_desc, job_rec, part_list)
-  local grows = number_or_nil(job_desc.time_limit) ~= nil or number_or_nil(job_desc.min_cpus) ~= nil
+  local grows = number_or_nil(job_desc.time_limit) ~= nil or job_desc.time_limit == INFINITE
+    or job_desc.partition ~= nil or number_or_nil(job_desc.min_cpus) ~= nil
     or number_or_nil(job_desc.num_tasks) ~= nil or number_or_nil(job_desc.min_nodes) ~= nil
     or job_desc.tres_per_job ~= nil or job_desc.tres_per_node ~= nil
     or job_desc.tres_per_task ~= nil or job_desc.tres_per_socket ~= nil
@@ -484,6 +497,7 @@ local function check_modify(job_desc, job_rec, part_list)
   local user = (old and old.user) or job_rec.user_name or job_desc.user_name
   local account = job_desc.account or job_rec.account
   if user == nil or account == nil then return stale("the job's user or account is unknown") end
+  account = string.lower(account)
   local count = old and tonumber(old.count) or 1
   local cpus, minutes, gpus = shape({
     min_nodes = pick(job_desc.min_nodes, job_rec.min_nodes or job_rec.total_nodes),
@@ -498,7 +512,23 @@ local function check_modify(job_desc, job_rec, part_list)
     tres_per_task = job_desc.tres_per_task or job_rec.tres_per_task,
     tres_per_socket = job_desc.tres_per_socket or job_rec.tres_per_socket}, part_list)
   local t, why = read_table(user, account)
-  if minutes == nil then minutes = 0 end
+  if t == nil and CONFIG.on_stale == "fail_closed" then return stale(why) end
+  if minutes == nil then
+    if t ~= nil then
+      local message = nil
+      for _, row in pairs(t.subjects) do
+        if row.cpu_quota ~= nil or row.gpu_quota ~= nil or row.budget ~= nil then
+          message = "change refused: the job would have no time limit, so it cannot be"
+            .. " checked against the quota of " .. row.kind .. " at " .. CONFIG.site .. "."
+        end
+      end
+      if message ~= nil then
+        slurm.log_user("%s", message)
+        return slurm.ERROR
+      end
+    end
+    minutes = 0
+  end
   local cpu_each, gpu_each, cpu_total, gpu_total = totals(t or {factors = {}}, cpus, minutes,
                                                           gpus, count)
   local cost_each = 0
@@ -518,10 +548,10 @@ local function check_modify(job_desc, job_rec, part_list)
     end
   end
   if id == nil then
-    id = new_id()
-    local comment = job_rec.admin_comment
-    job_desc.admin_comment = (comment ~= nil and comment ~= "") and (comment .. " " .. CONFIG.tag .. id)
-      or (CONFIG.tag .. id)
+    -- a job from before the plugin: checked above, not recorded (setting admin_comment
+    -- here would need an operator's right and fail a user's own update)
+    if t == nil then return stale(why) end
+    return slurm.SUCCESS
   end
   exec(dbh, string.format("INSERT OR REPLACE INTO reservations (id, user, account, cpu_each,"
     .. " gpu_each, count, created, cost_each) VALUES (%s, %s, %s, %.6f, %.6f, %d, %d, %.6f)",

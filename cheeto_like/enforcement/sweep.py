@@ -15,7 +15,9 @@ Inputs, each from a source a user cannot forge:
 Decision per reservation:
 - one of its jobs is queued or running: kept;
 - its jobs were seen and none is live any more: charge them from sacct first; the
-  reservation goes once every one of them is final and in the ledger;
+  reservation goes once every one of them is final and in the ledger (asked by its
+  own id, or by its raw id: sacct keeps a pending array cancelled whole as one record
+  under the array's id, and none under ``120_3``);
 - none of its jobs was ever seen and it is older than the grace: it never became a job
   (Slurm refused it after the plugin accepted it, or ``--test-only``): dropped.
 """
@@ -65,16 +67,27 @@ def parse_tags(text: str) -> dict[str, set[str]]:
     return found
 
 
+Seen = tuple[str, str]  # (sacct's job id, raw job id)
+
+
 @dataclass
 class SweepPlan:
     keep: set[str] = field(default_factory=set)
-    # reservation id -> the job ids (sacct's) to charge before it may go
-    charge: dict[str, set[str]] = field(default_factory=dict)
+    # reservation id -> its jobs, to charge before it may go (``ready``)
+    charge: dict[str, set[Seen]] = field(default_factory=dict)
     drop: list[str] = field(default_factory=list)
+
+    def ready(self, complete: set[str]) -> list[str]:
+        """The reservations all of whose jobs are final and charged (by either id)."""
+        return [rid for rid, jobs in self.charge.items()
+                if all(job in complete or raw in complete for job, raw in jobs)]
+
+    def ids(self) -> list[str]:
+        return sorted({i for jobs in self.charge.values() for pair in jobs for i in pair})
 
 
 def plan_sweep(reservations: Iterable[tuple[str, str, int]], queue: list[QueuedJob],
-               tags: Mapping[str, set[str]], seen: dict[str, set[str]], *, now: float,
+               tags: Mapping[str, set[str]], seen: dict[str, set[Seen]], *, now: float,
                grace: float) -> SweepPlan:
     """``reservations``: (id, user, created epoch). ``seen`` (reservation id -> job ids
     ever seen holding it) is updated in place: the agent keeps it between sweeps, so a
@@ -85,7 +98,7 @@ def plan_sweep(reservations: Iterable[tuple[str, str, int]], queue: list[QueuedJ
         for rid in tags.get(job.raw_id, ()):
             if owner.get(rid) != job.user:
                 continue  # a tag in someone else's job text, or of a gone reservation
-            seen.setdefault(rid, set()).add(job.job_id)
+            seen.setdefault(rid, set()).add((job.job_id, job.raw_id))
             if job.live:
                 live.add(rid)
     plan = SweepPlan()

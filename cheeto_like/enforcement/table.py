@@ -31,6 +31,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import tempfile
 import time
@@ -130,14 +131,29 @@ def write_table(path: Path, table: Table, *, now: float | None = None,
         raise
 
 
-def touch_table(path: Path, *, now: float | None = None) -> bool:
-    """Move ``written_at`` of an unchanged table; False when there is no table."""
+def touch_table(path: Path, *, now: float | None = None,
+                owner: tuple[int, int] | None = None) -> bool:
+    """Move ``written_at`` of an unchanged table; False when there is no table.
+
+    On a copy renamed over the table, like a full write: an update in place would hold
+    the file's lock while the plugin opens it, and Lua's DBI sets no busy timeout, so
+    that submission would see "database is locked" and fall to ``on_stale``."""
     if not path.is_file():
         return False
     written = int(now if now is not None else time.time())
-    with contextlib.closing(sqlite3.connect(path, timeout=BUSY_MS / 1000)) as db:
-        db.execute("UPDATE meta SET value = ? WHERE key = 'written_at'", (str(written),))
-        db.commit()
+    fd, tmp = tempfile.mkstemp(prefix=".quota.", suffix=".db", dir=path.parent)
+    os.close(fd)
+    try:
+        shutil.copyfile(path, tmp)
+        with contextlib.closing(sqlite3.connect(tmp)) as db:
+            db.execute("UPDATE meta SET value = ? WHERE key = 'written_at'", (str(written),))
+            db.commit()
+        os.chmod(tmp, 0o600)
+        _chown(Path(tmp), owner)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return True
 
 

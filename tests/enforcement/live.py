@@ -16,6 +16,7 @@ from ruamel.yaml import YAML
 from cheeto_like.adapters.sacct import Sacct
 from cheeto_like.adapters.sacctmgr import SAcctMgr
 from cheeto_like.adapters.scontrol import SControl
+from cheeto_like.adapters.squeue import Squeue
 from cheeto_like.config import load_config
 from cheeto_like.daemon.quota_agent import QuotaAgent
 from cheeto_like.enforcement import table as qtable
@@ -74,7 +75,8 @@ class QuotaSite:
         config = load_config(self.config_path)
         return QuotaAgent(self.store, config, "farm", self.cluster.enforcement,
                           sacct=Sacct(env=self.cluster.env, timeout=60),
-                          scontrol=SControl(env=self.cluster.env), sync_blocks=False)
+                          scontrol=SControl(env=self.cluster.env),
+                          squeue=Squeue(env=self.cluster.env), sync_blocks=False)
 
     async def refresh(self) -> None:
         """One agent pass that rewrites the table (as after a quota change)."""

@@ -48,7 +48,10 @@ def test_the_table_is_replaced_whole_and_only_its_clock_moves_when_unchanged(tmp
     inode = path.stat().st_ino
     assert qtable.touch_table(path, now=2000)
     assert qtable.read_meta(path)["written_at"] == "2000"
-    assert path.stat().st_ino == inode  # touched in place
+    assert qtable.read_meta(path)["fingerprint"] == sample_table().fingerprint()
+    assert path.stat().st_ino != inode  # a copy renamed over: never a write in place
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    inode = path.stat().st_ino
     qtable.write_table(path, sample_table(used=3.0), now=3000)
     assert path.stat().st_ino != inode  # a new file renamed over the old one
     assert qtable.read_meta(path)["fingerprint"] != sample_table().fingerprint()
@@ -118,10 +121,13 @@ def test_sacct_tagged_lines_and_reservation_ids():
         "13|farm|alice|lab|cpu|normal|RUNNING|2026-12-05T10:00:00|Unknown|5|cpu=1|",
         "14|farm|alice|lab|cpu|normal|PENDING|None|Unknown|0||",
     ]
+    lines += ["15_[0-3%2]|farm|alice|lab|cpu|normal|CANCELLED by 0|None|2026-12-05T10:00:00|0||",
+              "16_[4-5]|farm|alice|lab|cpu|normal|PENDING|None|Unknown|0||"]
     tagged = parse_tagged("\n".join(lines) + "\n")
+    assert tagged.never_ran == {"15_0", "15_1", "15_2", "15_3"}
     assert [j.job_id for j in tagged.jobs] == ["12_0"]
     assert tagged.comments["12_0"] == f"{TAG}abc123 note|with a pipe"
-    assert tagged.unfinished == ("13", "14")
+    assert tagged.unfinished == ("13", "14", "16_4", "16_5")
     assert reservation_of(tagged.comments["12_0"]) == "abc123"
     assert reservation_of("set by an admin") is None
     assert reservation_of(f"{TAG}not-hex") is None
