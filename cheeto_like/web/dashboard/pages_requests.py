@@ -180,7 +180,7 @@ def user_session(session: Session) -> Principal:
 # -- the forms' suggestions ----------------------------------------------------------------
 
 
-async def group_names(types: tuple[str, ...] = ("group", "class", "admin", "system"),
+async def group_names(types: tuple[str, ...] = ("group", "class", "program", "admin", "system"),
                       ) -> list[str]:
     """Every group one may ask to join (not access/status or personal groups): projected
     names, capped."""
