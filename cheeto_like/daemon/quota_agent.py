@@ -164,8 +164,12 @@ class QuotaAgent:
                 report.charged = [*report.charged, *swept.jobs]
             except CheetoError as exc:
                 errors.append(f"sweep: {exc.message}")
+        releases = [*(charged.releases if charged else ()), *(swept.releases if swept else ())]
         generation = site_generation(await all_generations(), self.site)
-        due = (generation != self._generation or bool(report.charged)
+        # a release makes the table due even when its charge was in the ledger already
+        # (a collect wrote it): the table may predate that collect
+        due = (generation != self._generation or bool(report.charged) or bool(releases)
+               or bool(drops)
                or now - self._built_at >= self.settings.refresh_seconds
                or (self._next_change is not None and utcnow() >= self._next_change)
                or (self._blocks_retry_at is not None and now >= self._blocks_retry_at)
@@ -184,7 +188,6 @@ class QuotaAgent:
             self._next_change, self._fingerprint = built.next_change, fingerprint
             report.blocks_synced = await self._follow_blocks(out_of_quota(built.table), now)
         # after the table shows the charges: in between a job counts twice, never zero
-        releases = [*(charged.releases if charged else ()), *(swept.releases if swept else ())]
         if releases or drops:
             with qtable.reservations(self.where.reservations, self._owner()) as db:
                 report.released = qtable.release(db, releases)
