@@ -48,8 +48,10 @@ async def test_find_site_by_name_is_exact(sites):
 
 async def test_get_site(sites):
     assert (await get_site("hive")).fqdn == "hive.cluster.example.org"
-    with pytest.raises(NotFound, match="site 'caesfarm' does not exist"):
-        await get_site("caesfarm")
+    # an alias or fqdn in any case resolves as the API's and the CLI's -s do (issue 28)
+    assert (await get_site("CaesFarm")).name == "farm"
+    with pytest.raises(NotFound, match="site 'peak' does not exist"):
+        await get_site("peak")
 
 
 async def test_list_sites_by_name(sites):
