@@ -78,8 +78,9 @@ async def enforcement_show(args: argparse.Namespace) -> int:
         return 0
     ctx.out.table(where.files(), title=f"quota enforcement at {site.name}",
                   columns=["path", "mode", "owner", "purpose"])
-    lines = "\n  ".join(conf_lines(where))
-    ctx.out.info(f"slurm.conf must say:\n  {esc(lines)}")
+    ctx.out.info("slurm.conf must say:")
+    for line in conf_lines(where):  # one call each: esc() shows a newline as \n
+        ctx.out.info(f"  {esc(line)}")
     ctx.out.info(f"on a missing or stale table (older than {esc(settings.max_age_seconds)} "
                  f"s): {esc(settings.on_stale)}")
     return 0
@@ -118,9 +119,10 @@ async def enforcement_install(args: argparse.Namespace) -> int:
     ctx.out.table([s.as_dict() for s in steps],
                   title=f"quota enforcement at {site.name}: what install {verb} do",
                   columns=["path", "action"])
-    lines = "\n  ".join(conf_lines(where))
     ctx.out.info("slurm.conf must say (then restart slurmctld: JobCompType needs a "
-                 f"restart):\n  {esc(lines)}")
+                 "restart):")
+    for line in conf_lines(where):
+        ctx.out.info(f"  {esc(line)}")
     problems = await _live_problems(ctx, site.name, where.hook)
     if problems is None:
         ctx.out.warn("no slurmctld answers here (`scontrol ping`): cannot say what the "
