@@ -16,9 +16,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import io
 import logging
+import re
 import sys
 import tempfile
+import tokenize
 import types
 import typing
 from pathlib import Path
@@ -31,6 +34,11 @@ GENERATED_NOTE = ("*Generated from the code at build time (`docs/gen_reference.p
 def _cell(text: object) -> str:
     """One markdown table cell: one line, pipes escaped."""
     return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _prose(text: object) -> str:
+    """A prose cell: HTML-looking words such as ``<site>`` shown, not swallowed."""
+    return _cell(str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
 
 
 def _code(text: object) -> str:
@@ -95,6 +103,51 @@ def _models_in(annotation: Any) -> list[tuple[str, type]]:
     return []
 
 
+def _comments(model: type) -> dict[str, str]:
+    """Field name -> the source's comment on it, in the class or a base class that
+    declares it (comments are not kept at run time)."""
+    found: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if "model_fields" in dir(cls) and cls.__module__.startswith("cheeto_like"):
+            found.update(_own_comments(cls, set(model.model_fields)))
+    return found
+
+
+def _own_comments(model: type, names: set[str]) -> dict[str, str]:
+    """The comment at the end of a field's line, after the comment lines just above it."""
+    try:
+        source = inspect.getsource(model)
+    except (OSError, TypeError):
+        return {}
+    by_line: dict[int, str] = {}
+    code_lines: set[int] = set()
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.COMMENT:
+                by_line[token.start[0]] = token.string.lstrip("#").strip()
+            elif token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+                                    tokenize.DEDENT):
+                code_lines.add(token.start[0])
+    except (tokenize.TokenError, SyntaxError):
+        return {}
+    found: dict[str, str] = {}
+    above: list[str] = []
+    for number, line in enumerate(source.splitlines(), start=1):
+        stripped = line.strip()
+        if number in by_line and number not in code_lines:
+            above.append(by_line[number])
+            continue
+        match = re.match(r"    (\w+)\s*:", line)
+        if match and match.group(1) in names:
+            parts = [*above, by_line.get(number, "")]
+            text = " ".join(part for part in parts if part)
+            if text:
+                found[match.group(1)] = text
+        if stripped:
+            above = []
+    return found
+
+
 def _default(field: Any) -> str:
     from pydantic import BaseModel
     from pydantic_core import PydanticUndefined
@@ -145,19 +198,20 @@ def config_page() -> str:
             out.extend([doc, ""])
         out.extend(["| key | type | default | meaning |", "|---|---|---|---|"])
         children: list[tuple[str, type]] = []
+        comments = _comments(model)
         for name, field in model.model_fields.items():
             if where == "" and name in ("path", "profile"):
                 continue
             key = field.alias or name
             models = _models_in(field.annotation)
-            meaning = field.description or ""
+            meaning = field.description or comments.get(name, "")
             if models:
                 target = f"{where}.{key}" if where else key
                 meaning = (meaning + " " if meaning else "") + "see " + ", ".join(
                     f"`{target}{suffix}`" for suffix, _ in models)
                 children.extend((f"{target}{suffix}", m) for suffix, m in models)
             out.append(f"| `{key}` | {_code(_type_name(field.annotation))} | "
-                       f"{_default(field)} | {_cell(meaning)} |")
+                       f"{_default(field)} | {_prose(meaning)} |")
         out.append("")
         for child_where, child in children:
             walk(child, child_where, level + 1)
@@ -278,9 +332,11 @@ def tasks_page() -> str:
                 out.extend([doc, ""])
             out.extend([f"Block `daemon.<profile>.tasks.{spec.block}`:", "",
                         "| key | type | default | meaning |", "|---|---|---|---|"])
+            comments = _comments(model)
             for name, f in model.model_fields.items():
+                meaning = f.description or comments.get(name, "")
                 out.append(f"| `{f.alias or name}` | {_code(_type_name(f.annotation))} | "
-                           f"{_default(f)} | {_cell(f.description or '')} |")
+                           f"{_default(f)} | {_prose(meaning)} |")
             out.append("")
     return "\n".join(out) + "\n"
 
