@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from ponderosa import CmdTree, SubCmd
 
-from .. import __version__
+from .. import version as package_version
 from ..errors import CheetoError
 from . import registry
 
@@ -159,12 +159,26 @@ def _add_table_node(node: registry.Node) -> None:
         child._cheeto_stub = True  # type: ignore[attr-defined]
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the version is read only when asked for (not on every start)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings=option_strings, dest=dest, default=default,
+                         nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        parser._print_message(f"cheeto-like {package_version()}\n", sys.stdout)
+        parser.exit()
+
+
 def _build_tree() -> CmdTree:
     root = CheetoArgumentParser(
         prog="cheeto",
         description="cheeto-like: the source of truth for HPC accounts and resources. "
                     "`cheeto help` lists every command.")
-    root.add_argument("--version", action="version", version=f"cheeto-like {__version__}",
+    root.add_argument("--version", action=_VersionAction,
                       help="print the version and exit")
     tree = CmdTree(root=root)
     root.set_defaults(func=_show_help, parser_for_help=root)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .. import __version__
+from .. import version as package_version
 from .registry import NODES, Node
 
 STORE_TIMEOUT_S = 1.5
@@ -65,7 +65,7 @@ def _tree() -> _Tree:
 
 def _source_signature() -> str:
     here = Path(__file__).parent
-    parts = [__version__]
+    parts = [package_version()]
     for path in sorted([*here.glob("*.py"), *here.glob("ng/*.py"),
                         here.parent / "constants.py"]):
         stat = path.stat()

@@ -8,6 +8,7 @@
   when the client prefers ``text/plain``;
 - ``GET /puppet/storage/{site}``: the storage export as JSON;
 - ``GET /healthz``: 200 when the store answers a ping, else 503 (no key needed; the body
+  carries ``status`` and cheeto-like's ``version``,
   never names the store's address);
 - ``/openapi.json`` and ``/docs`` (Swagger UI served from ``daemon/static/``, so it works
   offline).
@@ -54,7 +55,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from pymongo.errors import PyMongoError
 
-from .. import __version__
+from .. import version as package_version
 from ..auth.tokens import TokenIssuer
 from ..config import ApiConfig, Config
 from ..errors import CheetoError, ConfigError
@@ -110,6 +111,7 @@ class StorageExport(BaseModel):
 
 class Health(BaseModel):
     status: str
+    version: str
     detail: str | None = None
 
 
@@ -439,7 +441,7 @@ def create_api(config: Config, store: Store | None = None, *,
             await connected.close()
 
     app = FastAPI(
-        title="cheeto", version=__version__, lifespan=lifespan,
+        title="cheeto", version=package_version(), lifespan=lifespan,
         openapi_url=f"{prefix}/openapi.json", docs_url=None, redoc_url=None,
         swagger_ui_oauth2_redirect_url=None,
         description="cheeto's API: exports for puppet (root SSH keys and the storage map of "
@@ -527,10 +529,11 @@ def create_api(config: Config, store: Store | None = None, *,
             log.warning("healthz: the store does not answer: %s",
                         str(exc).strip().splitlines()[0] if str(exc).strip()
                         else type(exc).__name__)
-            return JSONResponse({"status": "unavailable",
+            return JSONResponse({"status": "unavailable", "version": package_version(),
                                  "detail": "the store does not answer"}, status_code=503,
                                 headers=_NO_STORE)
-        return JSONResponse({"status": "ok"}, headers=_NO_STORE)
+        return JSONResponse({"status": "ok", "version": package_version()},
+                            headers=_NO_STORE)
 
     app.include_router(router)
     app.include_router(health)

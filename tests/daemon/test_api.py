@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from pymongo import AsyncMongoClient
 from ruamel.yaml import YAML
 
+from cheeto_like import __version__
 from cheeto_like.config import ApiConfig, Config, MongoConfig
 from cheeto_like.daemon.api import (
     Expiring,
@@ -189,7 +190,7 @@ async def test_storage_of_an_empty_site(client):
 
 async def test_healthz_needs_no_key(client):
     r = await client.get("/healthz")
-    assert (r.status_code, r.json()) == (200, {"status": "ok"})
+    assert (r.status_code, r.json()) == (200, {"status": "ok", "version": __version__})
 
 
 async def test_healthz_503_when_the_store_does_not_answer(seeded):
@@ -203,7 +204,8 @@ async def test_healthz_503_when_the_store_does_not_answer(seeded):
         await dead.close()
     assert r.status_code == 503
     # no key is needed for /healthz, so it must not map the network behind the API
-    assert r.json() == {"status": "unavailable", "detail": "the store does not answer"}
+    assert r.json() == {"status": "unavailable", "version": __version__,
+                        "detail": "the store does not answer"}
     assert "127.0.0.1" not in r.text and ":9" not in r.text
 
 

@@ -16,6 +16,7 @@ import httpx
 import pytest
 from ruamel.yaml import YAML
 
+from cheeto_like import __version__
 from cheeto_like.config import MongoConfig
 from cheeto_like.operations.site import AddSiteAlias
 from cheeto_like.store import Store
@@ -139,7 +140,7 @@ def test_live_unknown_site_404(server):
 
 
 def test_live_prefix_health_and_schema(server):
-    assert get(server, "/healthz").json() == {"status": "ok"}
+    assert get(server, "/healthz").json() == {"status": "ok", "version": __version__}
     assert "/cheeto/puppet/root-keys/{site}" in get(server, "/openapi.json").json()["paths"]
     unprefixed = httpx.get(f"http://127.0.0.1:{server.port}/puppet/root-keys/farm",
                            headers={"X-API-Key": KEY})
