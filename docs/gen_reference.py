@@ -47,7 +47,8 @@ def _code(text: object) -> str:
         return ""
     fence = "``" if "`" in value else "`"
     pad = " " if "`" in value else ""
-    return _cell(f"{fence}{pad}{value}{pad}{fence}")
+    # Python-Markdown's tables split no row inside a code span: its pipes stay unescaped
+    return f"{fence}{pad}{value}{pad}{fence}"
 
 
 def _doc(obj: object) -> str:
@@ -238,9 +239,11 @@ def _load_all_commands() -> None:
     from cheeto_like.cli import registry
 
     for node in registry.NODES:
-        if node.module and node.module != "builtin":
+        if node.module:
             importlib.import_module(f"cheeto_like.cli.{node.module}")
-    importlib.import_module("cheeto_like.cli")
+    from cheeto_like.cli import app
+
+    app._apply_common_args()
 
 
 def _option_rows(parser: argparse.ArgumentParser, *, common: bool) -> list[str]:
@@ -250,6 +253,8 @@ def _option_rows(parser: argparse.ArgumentParser, *, common: bool) -> list[str]:
         if is_common != common:
             continue
         for action in group._group_actions:
+            if action.dest == "author" and not common:
+                continue  # every ng command takes it: listed once with the common options
             if action.help == argparse.SUPPRESS or isinstance(
                     action, (argparse._HelpAction, argparse._SubParsersAction)):
                 continue
@@ -297,7 +302,9 @@ def cli_page() -> str:
             body.extend(["| option | meaning |", "|---|---|", *rows, ""])
     if common_rows:
         out.extend(["## Common options", "", "Every command also takes:", "",
-                    "| option | meaning |", "|---|---|", *common_rows, ""])
+                    "| option | meaning |", "|---|---|", *common_rows, "",
+                    "Every `cheeto ng` command also takes `--author USER`: who History "
+                    "records as the author (default `$USER`).", ""])
     out.extend(body)
     return "\n".join(out) + "\n"
 
@@ -379,7 +386,7 @@ def api_page() -> str:
             tag = (operation.get("tags") or ["other"])[0]
             auth = "yes" if operation.get("security") else "no"
             by_tag.setdefault(tag, []).append(
-                f"| `{method.upper()}` | `{_cell(path)}` | {_cell(operation.get('summary', ''))}"
+                f"| `{method.upper()}` | `{path}` | {_cell(operation.get('summary', ''))}"
                 f" | {auth} |")
     for tag in sorted(by_tag):
         out.extend([f"## {tag}", "", "| method | path | summary | credential |",
