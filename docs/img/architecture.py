@@ -26,22 +26,22 @@ BOXES: dict[str, tuple[int, int, int, int, str, list[str]]] = {
     "puppet": (175, 430, 145, 50, "#f4f4f4", ["puppet repo, mail"]),
     "slurmdbd": (460, 430, 130, 50, "#f4f4f4", ["slurmdbd", "(sacctmgr)"]),
     "files": (610, 430, 130, 50, "#f4f4f4", ["quota.db", "reservations.db"]),
-    "ctld": (760, 430, 120, 50, "#f4f4f4", ["slurmctld", "job_submit.lua"]),
+    "ctld": (760, 420, 120, 60, "#f4f4f4", ["slurmctld", "job_submit.lua", "reads, reserves"]),
 }
 
 # (from, to, label): every arrow points the way data flows
 ARROWS: list[tuple[str, str, str]] = [
     ("cli", "mongo", "transactions"),
-    ("api", "mongo", "queries, operations"),
+    ("api", "mongo", "reads, writes"),
     ("people", "api", "HTTPS"),
-    ("beat", "broker", "scheduled tasks"),
+    ("beat", "broker", "tasks"),
     ("broker", "hub", ""),
     ("broker", "site", ""),
     ("hub", "ldap", "reconcile"),
     ("hub", "puppet", ""),
     ("site", "slurmdbd", "reconcile"),
     ("site", "files", "table"),
-    ("ctld", "files", "reads, reserves"),
+    ("ctld", "files", ""),
 ]
 
 
@@ -52,7 +52,7 @@ def centre(name: str) -> tuple[float, float]:
 
 def edge_point(name: str, towards: tuple[float, float]) -> tuple[float, float]:
     """Where the line from the box's centre to `towards` leaves the box."""
-    x, y, w, h, _, _ = BOXES[name]
+    _, _, w, h, _, _ = BOXES[name]
     cx, cy = centre(name)
     dx, dy = towards[0] - cx, towards[1] - cy
     if dx == 0 and dy == 0:
@@ -77,6 +77,7 @@ def render() -> str:
         '<text x="20" y="540" fill="#666">Workers and beat read and write MongoDB as well '
         '(leases, SyncRuns, usage); arrows show the main flow only.</text>',
     ]
+    labels = []
     for src, dst, label in ARROWS:
         a = edge_point(src, centre(dst))
         b = edge_point(dst, centre(src))
@@ -84,8 +85,10 @@ def render() -> str:
                    'stroke="#444" stroke-width="1.5" marker-end="url(#arrow)"/>')
         if label:
             mx, my = (a[0] + b[0]) / 2, (a[1] + b[1]) / 2
-            out.append(f'<text x="{mx + 4:.0f}" y="{my - 4:.0f}" font-size="11" '
-                       f'fill="#333">{escape(label)}</text>')
+            anchor = "middle" if abs(a[1] - b[1]) < 1 else "start"
+            dx = 0 if anchor == "middle" else 6
+            labels.append(f'<text x="{mx + dx:.0f}" y="{my - 5:.0f}" font-size="11" '
+                          f'text-anchor="{anchor}" fill="#333">{escape(label)}</text>')
     for x, y, w, h, fill, lines in BOXES.values():
         out.append(f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="6" fill="{fill}" '
                    'stroke="#333"/>')
@@ -94,6 +97,7 @@ def render() -> str:
             weight = ' font-weight="bold"' if i == 0 else ""
             out.append(f'<text x="{x + w / 2:.0f}" y="{top + i * 16:.0f}" '
                        f'text-anchor="middle"{weight}>{escape(line)}</text>')
+    out.extend(labels)
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
