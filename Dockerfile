@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1
 # One image for every role: hub worker, site worker, beat, API, Flower, and the CLI.
 # The role is the command: `docker run … IMAGE daemon worker`, `… daemon api`, and so on
-# (README "Containers"). No Slurm client is bundled: Slurm talks only to releases close to
-# its own, so a site worker bind-mounts its head node's sacctmgr, libslurm and slurm.conf.
+# (docs/production.md, "Containers"). No Slurm client is bundled: Slurm talks only to
+# releases close to its own, so a site worker bind-mounts its head node's sacctmgr,
+# libslurm and slurm.conf.
 ARG PYTHON_IMAGE=python:3.13-slim-bookworm
 
 # -- build: the virtualenv, with Poetry (the same major release that wrote poetry.lock) --

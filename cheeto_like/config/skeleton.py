@@ -141,7 +141,7 @@ mongo:
 #     # tls_cert: /etc/cheeto/tls/api.crt   # both or neither: serve HTTPS
 #     # tls_key: /etc/cheeto/tls/api.key
 #     # cache_seconds: 30        # exports rebuilt on a change, else at most every 30 s
-#     # sign-in and API keys (/api/v1; README "Sign-in, roles and the API"):
+#     # sign-in and API keys (/api/v1; docs/security.md):
 #     # managed_keys_only: true  # accepted for compatibility: keeps --insecure closed
 #     # one token key for every API host and `cheeto token issue`: a file copied to each
 #     # (default $STATE_DIRECTORY/jwt.key under systemd, else $XDG_STATE_HOME/cheeto/jwt.key)
@@ -200,7 +200,7 @@ mongo:
 #     # docs_url: https://docs.hpc.example.org
 #   # templates_dir: /etc/cheeto/notices   # a file named like a built-in template
 #   #                             # (account-ready.md.j2, ...) replaces it; subjects.yaml
-#   #                             # maps kinds to subjects (README "E-mail notices")
+#   #                             # maps kinds to subjects (docs/guides/admin.md)
 #   # enabled: true               # false: record e-mails in History without sending
 #   smtp:
 #     host: smtp.example.org

@@ -43,7 +43,7 @@ class SlurmConfig(Block):
     max_deletions_per_day: int | None = Field(default=200, ge=0)
     lease_seconds: float = Field(default=60.0, ge=1)  # renewed while the apply lives
     # users whose associations under the `root` account are left alone; any other user
-    # under root can run jobs, so the sync removes them (README "Slurm")
+    # under root can run jobs, so the sync removes them (docs/guides/operator.md, "Syncs")
     root_users: list[str] = Field(default_factory=lambda: ["root"])
     # accounts made outside cheeto that the sync leaves alone (with their users); every
     # other non-root account on the cluster is cheeto's, and one not in the store is deleted

@@ -8,7 +8,7 @@ it creates), the API roles ``operators``, ``managers`` and ``manager_accounts``,
 what it read, with what the store already holds (``Known``), into documents for the
 writer (``migrate/writer.py``), refusals and notes. No I/O here.
 
-What becomes what (the README's "Moving in from slurm-quota" says the same):
+What becomes what (docs/moving-in.md, "From slurm-quota", says the same):
 - ``settings`` -> the site's ``QuotaDefaults`` (period ``none``: slurm-quota has no
   windows, balances only grow).
 - a ``users``/``accounts`` row -> an own ``Quota`` only when its CPU or GPU quota

@@ -670,7 +670,7 @@ class SetSiteSlurmCluster(Operation):
 class SetSiteSlurmMode(Operation):
     """How the Slurm sync treats the site's cluster: ``managed`` (the store's accounts
     and associations) or ``quota_only`` (a slurm-quota site: only quota blocks on the
-    users and accounts found there; README "Slurm")."""
+    users and accounts found there; docs/guides/operator.md, "Syncs")."""
 
     op_name = "set_site_slurm_mode"
 

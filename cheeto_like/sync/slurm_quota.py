@@ -22,7 +22,7 @@ usage >= 0 always holds, so a zero blocks whatever Slurm's own usage counters sa
 needs ``AccountingStorageEnforce=…,limits,safe``: without ``safe`` slurmctld *kills*
 running jobs of an association at or over its GrpTRESMins (measured on 22.05: the job
 ended TIMEOUT about 30 s after the limit was set). docs/sacctmgr-notes.md §12 has the
-measurements; README "Usage accounting and quotas" the site settings.
+measurements; docs/guides/operator.md ("Quotas and usage") the site settings.
 
 On a quota-only site (``SiteSlurmSettings.mode``, what a slurm-quota site is) the sync
 builds no state from the store: ``quota_only_state`` takes the cluster as read and

@@ -183,7 +183,8 @@ CSV_PREFIX = ("site", "start", "end")
 def csv_text(site: str, start: datetime, end: datetime, columns: list[str],
              rows: list[dict[str, Any]]) -> str:
     """``site,start,end,<by or scope>,jobs,cpu_minutes,gpu_minutes,cpu_hours,gpu_hours
-    [,cost]``: one header line, then one line per group (README documents the columns)."""
+    [,cost]``: one header line, then one line per group (the columns:
+    docs/guides/operator.md)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow([*CSV_PREFIX, *columns])
@@ -208,7 +209,7 @@ def _(parser: a.Parser) -> None:
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--yaml", action="store_true", help="print YAML on stdout")
     fmt.add_argument("--json", action="store_true", help="print JSON on stdout")
-    fmt.add_argument("--csv", action="store_true", help="print CSV on stdout (see README)")
+    fmt.add_argument("--csv", action="store_true", help="print CSV on stdout (one line per group)")
 
 
 @command("ng", "usage", "summary",
@@ -254,7 +255,7 @@ def _(parser: a.Parser) -> None:
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--yaml", action="store_true", help="print YAML on stdout")
     fmt.add_argument("--json", action="store_true", help="print JSON on stdout")
-    fmt.add_argument("--csv", action="store_true", help="print CSV on stdout (see README)")
+    fmt.add_argument("--csv", action="store_true", help="print CSV on stdout (one line per group)")
 
 
 group_help("ng", "usage", "rate", help="the rate card: prices per partition, versioned in time")
