@@ -386,12 +386,29 @@ def api_page() -> str:
             tag = (operation.get("tags") or ["other"])[0]
             auth = "yes" if operation.get("security") else "no"
             by_tag.setdefault(tag, []).append(
-                f"| `{method.upper()}` | `{path}` | {_cell(operation.get('summary', ''))}"
-                f" | {auth} |")
+                f"| `{method.upper()}` | `{path}` | {_prose(operation.get('summary', ''))}"
+                f" | {_parameters(operation)} | {auth} |")
     for tag in sorted(by_tag):
-        out.extend([f"## {tag}", "", "| method | path | summary | credential |",
-                    "|---|---|---|---|", *by_tag[tag], ""])
+        out.extend([f"## {tag}", "", "| method | path | summary | parameters | credential |",
+                    "|---|---|---|---|---|", *by_tag[tag], ""])
+    out.extend(["Parameters: `name?` is optional; `body` is the JSON request body's schema.",
+                ""])
     return "\n".join(out) + "\n"
+
+
+def _parameters(operation: dict[str, Any]) -> str:
+    """The query and header parameters (path ones are in the path) and the body's schema."""
+    names = []
+    for parameter in operation.get("parameters", []):
+        if parameter.get("in") in ("query", "header"):
+            mark = "" if parameter.get("required") else "?"
+            names.append(f"`{parameter['name']}{mark}`")
+    body = operation.get("requestBody", {}).get("content", {})
+    for content in body.values():
+        ref = content.get("schema", {}).get("$ref", "")
+        names.append(f"body `{ref.rsplit('/', 1)[-1] or 'object'}`")
+        break
+    return ", ".join(names) or "-"
 
 
 def api_paths() -> list[tuple[str, str]]:
