@@ -149,6 +149,37 @@ def _own_comments(model: type, names: set[str]) -> dict[str, str]:
     return found
 
 
+def skeleton_comments() -> dict[str, str]:
+    """Dotted key -> the comment ``cheeto config write``'s skeleton puts after it
+    (commented-out keys too; ``mongo.default.x`` is ``mongo.<profile>.x``)."""
+    from cheeto_like.config import PROFILED_SECTIONS, SKELETON
+
+    found: dict[str, str] = {}
+    stack: list[tuple[int, str]] = []
+    for line in SKELETON.splitlines():
+        text, indent = line, 0
+        while True:
+            lead = len(text) - len(text.lstrip(" "))
+            text, indent = text[lead:], indent + lead
+            if not text.startswith("#"):
+                break
+            text = text[2:] if text.startswith("# ") else text[1:]
+        match = re.match(r"([a-z_]+):(.*)$", text)
+        if not match:
+            continue
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        stack.append((indent, match.group(1)))
+        path = [key for _, key in stack]
+        if len(path) > 1 and path[0] in PROFILED_SECTIONS and path[1] == "default":
+            path[1] = "<profile>"
+        comment = re.search(r"(?:^|\s)#\s?(.*)$", match.group(2))
+        # a comment going on from the line above ("or token_file ...") is not this key's
+        if comment and comment.group(1).strip() and not re.match(r"(or|and) ", comment.group(1)):
+            found.setdefault(".".join(path), comment.group(1).strip())
+    return found
+
+
 def _default(field: Any) -> str:
     from pydantic import BaseModel
     from pydantic_core import PydanticUndefined
@@ -187,6 +218,7 @@ def config_page() -> str:
            "`default`): write `mongo: {default: {...}}`. Every block refuses unknown keys.",
            ""]
     seen: set[str] = set()
+    skeleton = skeleton_comments()
 
     def walk(model: type, where: str, level: int) -> None:
         if where in seen or level > 6:
@@ -205,14 +237,16 @@ def config_page() -> str:
                 continue
             key = field.alias or name
             models = _models_in(field.annotation)
-            meaning = field.description or comments.get(name, "")
+            meaning = (field.description or comments.get(name)
+                       or skeleton.get(f"{where}.{key}", ""))
+            cell = _prose(meaning)
             if models:
                 target = f"{where}.{key}" if where else key
-                meaning = (meaning + " " if meaning else "") + "see " + ", ".join(
+                cell = (cell + " " if cell else "") + "see " + ", ".join(
                     f"`{target}{suffix}`" for suffix, _ in models)
                 children.extend((f"{target}{suffix}", m) for suffix, m in models)
             out.append(f"| `{key}` | {_code(_type_name(field.annotation))} | "
-                       f"{_default(field)} | {_prose(meaning)} |")
+                       f"{_default(field)} | {cell} |")
         out.append("")
         for child_where, child in children:
             walk(child, child_where, level + 1)
@@ -323,6 +357,7 @@ def tasks_page() -> str:
            f"worker); the rest on `{HUB_QUEUE}` (the hub).", "",
            "| task | Celery name | config block | per site | queue | needs sections |",
            "|---|---|---|---|---|---|"]
+    skeleton = skeleton_comments()
     for spec in TASKS.values():
         queue = "`slurm.<site>`" if spec.on_site_queue else f"`{HUB_QUEUE}`"
         needs = ", ".join(f"`{n}`" for n in spec.needs) or "-"
@@ -341,7 +376,8 @@ def tasks_page() -> str:
                         "| key | type | default | meaning |", "|---|---|---|---|"])
             comments = _comments(model)
             for name, f in model.model_fields.items():
-                meaning = f.description or comments.get(name, "")
+                meaning = (f.description or comments.get(name) or skeleton.get(
+                    f"daemon.<profile>.tasks.{spec.block}.{f.alias or name}", ""))
                 out.append(f"| `{f.alias or name}` | {_code(_type_name(f.annotation))} | "
                            f"{_default(f)} | {_prose(meaning)} |")
             out.append("")
