@@ -40,19 +40,22 @@ class ApiConfig(Block):
     or after ``cache_seconds`` (0: never cached), serving the previous body meanwhile.
     """
 
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=1, le=65535)
+    host: str = "127.0.0.1"  # address the API listens on
+    port: int = Field(default=8000, ge=1, le=65535)  # TCP port the API listens on
+    # deprecated static key for the puppet routes (at least 32 characters); null: none
     api_key: SecretStr | None = None
+    # path prefix a reverse proxy strips before forwarding
     root_path: Annotated[str, AfterValidator(_url_path)] = ""
-    prefix: Annotated[str, AfterValidator(_url_path)] = ""
-    tls_cert: UserPath | None = None
-    tls_key: UserPath | None = None
+    prefix: Annotated[str, AfterValidator(_url_path)] = ""  # URL path the routes are mounted under
+    tls_cert: UserPath | None = None  # certificate (PEM) to serve HTTPS (with tls_key)
+    tls_key: UserPath | None = None  # private key (PEM) of tls_cert
     # an export body is rebuilt when its site's data generation moves (an operation
     # touched the site) or after cache_seconds, in the background while the previous body
     # is served; concurrent first requests share one build. 0 disables (every request
     # queries the store). Generations are read in the background at most every
     # generation_poll_seconds while requests come (0: every request reads them).
     cache_seconds: float = Field(default=30.0, ge=0, le=3600)
+    # seconds between background reads of data generations (0: every request)
     generation_poll_seconds: float = Field(default=1.0, ge=0, le=60)
     # sign-in and machine keys (auth/). The HS256 signing key is one for every API process
     # and `cheeto token issue` (auth/tokens.py): jwt_key "file" (default) reads
@@ -72,26 +75,39 @@ class ApiConfig(Block):
     # right-most X-Forwarded-For address that is not itself a trusted proxy. The name's
     # and the address's limits are never below login_max_failures.
     jwt_key: Literal["file", "store"] = "file"
+    # token signing key file with jwt_key: file (created 0600 when missing)
     jwt_key_file: UserPath | None = None
     # Kept for compatibility: the puppet routes never need api_key now. Its one effect:
     # `daemon api --insecure` does not open the storage map to anonymous callers.
     managed_keys_only: bool = False
+    # iss claim of the tokens the API issues and accepts
     token_issuer: str = Field(default="cheeto", min_length=1)
+    # aud claim of the tokens the API issues and accepts
     token_audience: str = Field(default="cheeto-api", min_length=1)
+    # hours a sign-in token stays valid
     token_ttl_hours: float = Field(default=8.0, gt=0, le=24 * 90)
+    # only members of these groups may sign in (empty: anyone)
     login_groups: list[str] = Field(default_factory=list)
+    # failed sign-ins for one name from one address before it is refused
     login_max_failures: int = Field(default=5, ge=1, le=1000)
+    # failed sign-ins for one name across addresses before it is refused
     login_user_max_failures: int = Field(default=20, ge=1, le=10000)
+    # failed sign-ins from one address before it is refused for every name
     login_address_max_failures: int = Field(default=100, ge=1, le=10000)
+    # seconds failed sign-ins are counted over
     login_window_seconds: float = Field(default=300.0, gt=0, le=86400)
+    # proxy addresses or CIDRs whose X-Forwarded-For is trusted
     trusted_proxies: list[str] = Field(default_factory=list)
     # request bodies on /api/v1 above this are a 413 before they are read (the
     # dashboard's forms keep their own 64 KB cap)
     max_body_bytes: int = Field(default=1_048_576, ge=1024, le=1 << 30)
+    # API key secrets older than this many days are flagged for rotation
     key_rotation_days: int = Field(default=90, ge=1, le=3650)
     # a key created less than this long ago is not "never used" in the audits yet
     key_new_grace_days: int = Field(default=7, ge=0, le=3650)
+    # hours a rotated key's old secret keeps working (when a rotation does not say)
     key_overlap_hours: float = Field(default=24.0, ge=0, le=24 * 30)
+    # seconds between writes of API keys' last-use times to the store
     key_use_flush_seconds: float = Field(default=30.0, gt=0, le=3600)
 
     @field_validator("api_key")
@@ -132,6 +148,6 @@ class ClientConfig(Block):
     """Where ``cheeto login``/``me``/``usage``/``quota`` send their requests
     (``$CHEETO_API_URL`` wins); ``ca_file`` verifies a private CA's certificate."""
 
-    url: str = Field(min_length=1)
-    ca_file: UserPath | None = None
-    timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    url: str = Field(min_length=1)  # base URL of the API the CLI's API commands call
+    ca_file: UserPath | None = None  # CA bundle (PEM) to verify the API's certificate
+    timeout_seconds: float = Field(default=30.0, gt=0, le=600)  # seconds one API request may take

@@ -15,9 +15,10 @@ from .tasks import DaemonTasks
 class BrokerSSLConfig(Block):
     """TLS to the broker (``amqps://``): the CA to verify it, and an optional client cert."""
 
-    ca_file: UserPath | None = None
-    cert_file: UserPath | None = None
-    key_file: UserPath | None = None
+    ca_file: UserPath | None = None  # CA bundle (PEM) to verify the broker's certificate
+    cert_file: UserPath | None = None  # client certificate (PEM) shown to the broker
+    key_file: UserPath | None = None  # private key (PEM) of cert_file
+    # whether the broker's certificate must verify: none, optional or required
     cert_reqs: Literal["none", "optional", "required"] = "required"
 
 
@@ -29,28 +30,34 @@ class DaemonConfig(Block):
     (a soft limit fires a little earlier).
     """
 
+    # Celery broker URL (amqp://user:password@host:port/vhost, or amqps://)
     broker_url: str = "amqp://guest:guest@127.0.0.1:5672//"
-    broker_use_ssl: BrokerSSLConfig | None = None
+    broker_use_ssl: BrokerSSLConfig | None = None  # TLS settings for an amqps:// broker_url
+    # extra Celery broker_transport_options, passed as given
     broker_transport_options: dict[str, Any] = Field(default_factory=dict)
+    # sites the per-site tasks run for, unless a task block's sites says otherwise
     sites: list[str] = Field(default_factory=list)
+    # user History and sync runs name as the daemon's author
     author: str = Field(default="cheeto-daemon", min_length=1)
-    timezone: str = "America/Los_Angeles"
+    timezone: str = "America/Los_Angeles"  # IANA time zone of crontab schedules (Celery's timezone)
     # default $STATE_DIRECTORY/celerybeat-schedule under systemd or in the container
     beat_schedule_filename: UserPath = Field(default_factory=paths.default_beat_schedule)
-    task_time_limit: int = Field(default=3600, ge=10)
+    task_time_limit: int = Field(default=3600, ge=10)  # hard time limit of one task run, in seconds
     # beat: the lease ``beat:<beat_schedule_name>`` one beat holds while a standby waits
     # (a dead active beat is replaced within about this many seconds); beats sharing a
     # store and a name share one schedule and its state (collection ``beat_state``)
     beat_schedule_name: str = Field(default="default", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    # seconds the active beat's lease lasts; a standby takes over after it
     beat_lease_seconds: int = Field(default=30, ge=3, le=600)
     # the broker's consumer_timeout (ms) as set in rabbitmq.conf, for a worker that cannot
     # read it (rabbitmqctl unreachable from the worker's host); a value read wins
     broker_consumer_timeout_ms: int | None = Field(default=None, ge=0)
     # rabbitmqctl the worker asks for the broker's consumer_timeout at start
     rabbitmqctl: str = "rabbitmqctl"
-    result_expires: int = Field(default=86400, gt=0)
+    result_expires: int = Field(default=86400, gt=0)  # seconds task results stay in celery_taskmeta
     # Flower's basic auth, user:password[,user:password]; $FLOWER_BASIC_AUTH wins
     flower_basic_auth: SecretStr | None = None
+    # one block per scheduled task; an absent block disables its task
     tasks: DaemonTasks = Field(default_factory=DaemonTasks)
 
     @field_validator("tasks", mode="before")

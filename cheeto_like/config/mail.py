@@ -22,15 +22,16 @@ class SMTPConfig(Block):
     """An SMTP relay. ``ssl`` is implicit TLS (port 465); ``starttls`` upgrades a plain
     connection. ``username``/``password`` log in (only over TLS unless ``allow_plain_auth``)."""
 
-    host: str = "localhost"
+    host: str = "localhost"  # SMTP relay host
+    # SMTP relay port (465 with ssl, 587 with starttls)
     port: int = Field(default=25, ge=1, le=65535)
-    starttls: bool = False
-    ssl: bool = False
-    username: str | None = None
-    password: SecretStr | None = None
-    allow_plain_auth: bool = False
-    timeout_seconds: float = Field(default=30.0, gt=0)
-    ca_file: UserPath | None = None
+    starttls: bool = False  # upgrade the plain connection with STARTTLS
+    ssl: bool = False  # implicit TLS from the start (port 465)
+    username: str | None = None  # SMTP login user (null: no login)
+    password: SecretStr | None = None  # SMTP login password
+    allow_plain_auth: bool = False  # allow logging in over a connection without TLS
+    timeout_seconds: float = Field(default=30.0, gt=0)  # seconds to wait for the relay
+    ca_file: UserPath | None = None  # CA bundle (PEM) to verify the relay's certificate
 
     @model_validator(mode="after")
     def _consistent(self) -> SMTPConfig:
@@ -52,7 +53,7 @@ class CentreConfig(Block):
     name: str = Field(default="HPC", min_length=1)
     short_name: str = Field(default="HPC", min_length=1)
     helpdesk: Annotated[str, AfterValidator(_address)] | None = None
-    docs_url: str | None = None
+    docs_url: str | None = None  # documentation URL notices point people at
 
 
 class MailConfig(Block):
@@ -63,15 +64,17 @@ class MailConfig(Block):
     named like a built-in one replaces it; ``subjects.yaml`` replaces subjects)."""
 
     enabled: bool = True
+    # smtp: the smtp block's relay; hippo: HiPPO sends it
     transport: Literal["smtp", "hippo"] = "smtp"
     from_address: Annotated[str, AfterValidator(_address)] | None = None
+    # Reply-To address of every notice
     reply_to: Annotated[str, AfterValidator(_address)] | None = None
-    smtp: SMTPConfig = Field(default_factory=SMTPConfig)
+    smtp: SMTPConfig = Field(default_factory=SMTPConfig)  # the SMTP relay (transport: smtp)
     centre: CentreConfig = Field(default_factory=CentreConfig)
     templates_dir: UserPath | None = None
     # before ``centre``: the same as centre.helpdesk and centre.docs_url
     support_address: Annotated[str, AfterValidator(_address)] | None = None
-    docs_url: str | None = None
+    docs_url: str | None = None  # same as centre.docs_url (the older spelling)
 
     @model_validator(mode="after")
     def _centre(self) -> MailConfig:
@@ -90,8 +93,9 @@ class AlertsConfig(Block):
     """Operator alerts: a digest of failed or refused sync runs and failed or stuck daemon
     tasks, e-mailed to ``to`` (through the ``mail`` transport)."""
 
+    # addresses the operator digest is mailed to
     to: list[Annotated[str, AfterValidator(_address)]] = Field(min_length=1)
-    subject_prefix: str = "[cheeto]"
+    subject_prefix: str = "[cheeto]"  # text before every digest subject
     stuck_after_minutes: int = Field(default=120, ge=1)  # a task running longer is stuck
     lookback_hours: int = Field(default=24, ge=1)  # how far the first digest looks back
 
@@ -104,8 +108,11 @@ class AuditConfig(Block):
     line. API keys older than ``api.key_rotation_days`` or unused for
     ``key_unused_days`` are findings."""
 
+    # addresses the audit digest is mailed to
     to: list[Annotated[str, AfterValidator(_address)]] = Field(default_factory=list)
-    subject_prefix: str = "[cheeto audit]"
-    webhook_url: SecretStr | None = None
+    subject_prefix: str = "[cheeto audit]"  # text before the audit digest's subject
+    webhook_url: SecretStr | None = None  # URL the audit digest is also POSTed to (null: none)
+    # seconds the webhook POST may take
     webhook_timeout_seconds: float = Field(default=10.0, gt=0, le=120)
+    # an API key unused this many days is a finding
     key_unused_days: int = Field(default=90, ge=1, le=3650)

@@ -28,10 +28,15 @@ from .base import Block
 
 
 class SiteOffboarding(Block):
+    # keep, or remove the user's key records (global: every site)
     ssh_keys: Literal["keep", "remove"] = "keep"
+    # keep, or remove the user's group roles at the site
     memberships: Literal["keep", "remove"] = "keep"
+    # keep, or archive/remove: the user's storage records expire after storage_after_days
     storage: Literal["keep", "archive", "remove"] = "keep"
+    # days after the reap at which archived or removed storage expires
     storage_after_days: int = Field(default=30, ge=0, le=36500)
+    # remove: the next Slurm sync deletes the user's associations (the only choice)
     slurm: Literal["remove"] = "remove"
 
 
@@ -39,6 +44,7 @@ class OffboardingConfig(Block):
     """``default`` applies to sites ``sites`` does not name (keys are site names)."""
 
     program_grace_days: int = Field(default=30, ge=0, le=36500)
+    # the policy of sites that sites does not name
     default: SiteOffboarding = Field(default_factory=SiteOffboarding)
     sites: dict[str, SiteOffboarding] = Field(default_factory=dict)
 

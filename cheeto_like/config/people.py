@@ -26,8 +26,10 @@ class HttpClientOptions(Block):
     transient failure (timeout, connection error, 5xx, 429) is retried, with exponential
     backoff starting at ``retry_backoff_seconds``."""
 
-    request_timeout_seconds: float = Field(default=30.0, gt=0)
+    request_timeout_seconds: float = Field(default=30.0, gt=0)  # seconds one HTTP request may take
+    # extra attempts after a transient failure (timeout, connection error, 5xx, 429)
     retries: int = Field(default=2, ge=0, le=10)
+    # seconds before the first retry, doubled each time (at most 30)
     retry_backoff_seconds: float = Field(default=1.0, ge=0)
 
 
@@ -59,11 +61,12 @@ class HippoConfig(HttpClientOptions):
     or its metadata has ``slurm: true``.
     """
 
-    base_url: HttpUrl
+    base_url: HttpUrl  # HiPPO's API base URL
     api_key: SecretStr
     site_aliases: Annotated[dict[str, str], AfterValidator(_lower_keys)] = Field(
         default_factory=dict)
     max_tries: int = Field(default=3, ge=1)
+    # HiPPO access type -> access shorthand granted
     access_types: dict[str, str] = Field(default_factory=lambda: {
         "OpenOnDemand": "ondemand", "SshKey": "login-ssh"})
     sites: dict[str, HippoSiteOptions] = Field(default_factory=dict)
@@ -77,9 +80,9 @@ class IAMRefresh(Block):
     """Which user fields IAM facts overwrite. ``name`` renames the user (and their
     personal group) to the IAM login id, so it is off unless asked for."""
 
-    name: bool = False
-    email: bool = True
-    fullname: bool = True
+    name: bool = False  # rename the user to their IAM login id
+    email: bool = True  # overwrite the e-mail address from IAM
+    fullname: bool = True  # overwrite the full name from IAM
 
 
 class IAMConfig(HttpClientOptions):
@@ -91,8 +94,8 @@ class IAMConfig(HttpClientOptions):
     ``expiry_offset_days`` later unless they reappear first.
     """
 
-    base_url: HttpUrl
-    api_key: SecretStr
+    base_url: HttpUrl  # the IAM API's base URL
+    api_key: SecretStr  # the IAM API key (sent in api_key_header)
     api_key_header: str = Field(default="X-API-Key", pattern=r"^[A-Za-z0-9-]{1,64}$")
     api_version: str | None = "1.0"  # sent as v=<version>
     grace_days: int = Field(default=1, ge=0, le=36500)  # a century: no date overflow

@@ -15,8 +15,8 @@ class RequestKindConfig(Block):
     """One request kind: its SLA target (``2d`` business days, ``4h`` business hours) and
     whether an operator approves after the group's sponsor."""
 
-    sla: str = "2d"
-    operator: bool = False
+    sla: str = "2d"  # target: business days (2d) or business hours (4h)
+    operator: bool = False  # an operator approves after the group's sponsor
 
     @field_validator("sla")
     @classmethod
@@ -40,8 +40,10 @@ class RequestsConfig(Block):
     (``timezone``, ``workdays``, ``holidays``) and each kind's target and approvals
     (kinds left out keep their defaults)."""
 
-    timezone: str = "UTC"
+    timezone: str = "UTC"  # IANA time zone of the business calendar
+    # the business days of the week (mon, tue, ..., sun)
     workdays: list[str] = Field(default_factory=lambda: ["mon", "tue", "wed", "thu", "fri"])
+    # dates that are not business days (YYYY-MM-DD)
     holidays: list[date] = Field(default_factory=list)
     kinds: dict[Literal["account", "join", "leave", "access", "quota", "storage"],
                 RequestKindConfig] = Field(default_factory=dict)

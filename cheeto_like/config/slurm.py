@@ -18,14 +18,18 @@ class QuotaEnforcement(Block):
     (the plugin's accepted jobs) and ``spool/`` (one file per finished job, from the
     completion hook). Only ``slurm_user`` (slurmctld's SlurmUser) may read them."""
 
+    # directory of quota.db and reservations.db on the head node
     state_dir: UserPath = Path("/var/lib/cheeto/enforcement")
+    # slurmctld's SlurmUser: the only user that may read the state files
     slurm_user: str = Field(default="slurm", min_length=1, max_length=64)
     # a table older than this (the worker stopped) or missing: the plugin follows on_stale
     max_age_seconds: int = Field(default=600, ge=10)
+    # table stale or missing: fail_open accepts jobs, fail_closed refuses them
     on_stale: Literal["fail_open", "fail_closed"] = "fail_open"
     # the worker rewrites the table when the store changes (polled this often), after
     # each charge, and at least every refresh_seconds (so max_age means "worker down")
     poll_seconds: float = Field(default=1.0, ge=0.1, le=60)
+    # the worker rewrites the table at least this often, in seconds
     refresh_seconds: int = Field(default=60, ge=5)
     # a reservation whose job is neither queued nor running is dropped after this long
     # (a completion the hook missed); younger ones may belong to a job being submitted
@@ -49,4 +53,5 @@ class SlurmConfig(Block):
     # other non-root account on the cluster is cheeto's, and one not in the store is deleted
     unmanaged_accounts: list[str] = Field(default_factory=list)
 
+    # the submit-time quota check
     enforcement: QuotaEnforcement = Field(default_factory=lambda: QuotaEnforcement())

@@ -42,7 +42,8 @@ class TaskBlock(Block):
     ``enabled: false`` is disabled: enqueue refuses it, beat does not schedule it and a
     queued run fails. A block without ``schedule`` runs only when enqueued."""
 
-    enabled: bool = True
+    enabled: bool = True  # false: the task is disabled (not scheduled, enqueue refuses it)
+    # interval in seconds, or a 5-field crontab string; null: only when enqueued
     schedule: int | float | str | None = None
 
     @field_validator("schedule", mode="before")
@@ -55,14 +56,14 @@ class SiteTaskBlock(TaskBlock):
     """A per-site task: one run (and one beat entry) per site; ``sites`` overrides
     ``daemon.sites`` for this task."""
 
-    sites: list[str] | None = None
+    sites: list[str] | None = None  # sites to run for (null: daemon.sites)
 
 
 class SlurmSyncTask(SiteTaskBlock):
     """``cheeto.slurm_sync``: runs on the site's head node (queue ``slurm.<site>``)."""
 
-    apply: bool = True
-    sudo: bool = False
+    apply: bool = True  # apply the plan to Slurm (false: plan and record only)
+    sudo: bool = False  # run sacctmgr through sudo
     max_deletions: int | None = Field(default=50, ge=0)  # null: no cap
     timeout_seconds: float = Field(default=60.0, gt=0)  # each sacctmgr call
     sacctmgr: str = Field(default="sacctmgr", min_length=1)  # name on PATH, or a path
@@ -73,7 +74,7 @@ class UsageCollectTask(SiteTaskBlock):
     on the site's head node (queue ``slurm.<site>``)."""
 
     sacct: str = Field(default="sacct", min_length=1)  # name on PATH, or a path
-    timeout_seconds: float = Field(default=300.0, gt=0)
+    timeout_seconds: float = Field(default=300.0, gt=0)  # seconds each sacct call may take
     notify: bool = True  # then send the quota threshold notices (needs the mail section)
 
 
@@ -102,9 +103,10 @@ class PuppetSyncTask(SiteTaskBlock):
     """``cheeto.puppet_sync``: commit the site's legacy YAML and keys to a puppet clone."""
 
     repo: UserPath
+    # branch of the puppet clone to commit on
     base_branch: str = Field(default="main", min_length=1)
-    push: bool = True
-    git_timeout_seconds: float = Field(default=60.0, gt=0)
+    push: bool = True  # push the commit to the clone's remote
+    git_timeout_seconds: float = Field(default=60.0, gt=0)  # seconds each git command may take
 
 
 class HippoTask(TaskBlock):
@@ -117,8 +119,10 @@ class HippoTask(TaskBlock):
 class IAMSyncTask(TaskBlock):
     """``cheeto.iam_sync`` (block ``iam_sync``; the ``ucdiam`` section says where)."""
 
+    # users synced at once (IAM conversations in flight)
     concurrency: int = Field(default=1, ge=1, le=64)
     types: list[Literal["user", "admin"]] | None = None  # default: both
+    # sync at most this many users per run (null: all)
     max_users: int | None = Field(default=None, ge=1)
     include_inactive: bool = False  # also query inactive/disabled users
     notify: bool = True  # warn offboarding users, tell restored ones
@@ -143,11 +147,13 @@ class ClusterMonitorTask(SiteTaskBlock):
     """``cheeto.cluster_monitor``: stalled jobs and nodes down too long, on the site's head
     node (queue ``slurm.<site>``); each new finding reaches the operator digest once."""
 
+    # report jobs pending longer than this many hours
     pending_over_hours: float = Field(default=24.0, ge=0)
+    # report nodes down or drained longer than this many hours
     down_over_hours: float = Field(default=1.0, ge=0)
     sinfo: str = Field(default="sinfo", min_length=1)  # name on PATH, or a path
-    squeue: str = Field(default="squeue", min_length=1)
-    timeout_seconds: float = Field(default=30.0, gt=0)
+    squeue: str = Field(default="squeue", min_length=1)  # squeue to run: a name on PATH, or a path
+    timeout_seconds: float = Field(default=30.0, gt=0)  # seconds each sinfo or squeue call may take
 
 
 class AuditTask(TaskBlock):
@@ -159,6 +165,7 @@ class AuditTask(TaskBlock):
     # its own sacctmgr (its slurm_sync block) and answers within site_timeout_seconds;
     # a site that does not is an audit_incomplete finding
     slurm: bool = True
+    # seconds to wait for each site worker's slurmdbd reading
     site_timeout_seconds: float = Field(default=900.0, gt=0, le=6 * 3600)
     # unused by the daemon since the site workers read slurmdbd (kept so configs load)
     sacctmgr: str = Field(default="sacctmgr", min_length=1)
@@ -173,16 +180,16 @@ class RequestEscalateTask(TaskBlock):
 class DaemonTasks(Block):
     """One block per task; absent means disabled."""
 
-    slurm_sync: SlurmSyncTask | None = None
-    usage_collect: UsageCollectTask | None = None
-    ldap_sync: LDAPSyncTask | None = None
+    slurm_sync: SlurmSyncTask | None = None  # the slurm_sync task
+    usage_collect: UsageCollectTask | None = None  # the usage_collect task
+    ldap_sync: LDAPSyncTask | None = None  # the ldap_sync task
     sympa: SympaTask | None = None  # the sympa_export task
-    puppet_sync: PuppetSyncTask | None = None
+    puppet_sync: PuppetSyncTask | None = None  # the puppet_sync task
     hippo: HippoTask | None = None  # the hippo_process task
-    iam_sync: IAMSyncTask | None = None
-    reap: ReapTask | None = None
+    iam_sync: IAMSyncTask | None = None  # the iam_sync task
+    reap: ReapTask | None = None  # the reap task
     alerts: AlertDigestTask | None = None  # the alert_digest task
     requests: RequestEscalateTask | None = None  # the request_escalate task
-    cluster_monitor: ClusterMonitorTask | None = None
+    cluster_monitor: ClusterMonitorTask | None = None  # the cluster_monitor task
     audit: AuditTask | None = None  # the audit task
     retention: RetentionTask | None = None  # the retention task

@@ -10,7 +10,8 @@ from .base import Block
 class UsageRate(Block):
     """Prices per normalised hour (CPU-hours; GPU-hours after the GPU-type factors)."""
 
-    cpu_hour: float = Field(default=0.0, ge=0)
+    cpu_hour: float = Field(default=0.0, ge=0)  # price of one CPU-hour, in usage.currency
+    # price of one normalised GPU-hour, in usage.currency
     gpu_hour: float = Field(default=0.0, ge=0)
 
 
@@ -18,6 +19,7 @@ class UsageConfig(Block):
     """Usage accounting at every site (``ng usage …``, the ``usage_collect`` task)."""
 
     overlap_minutes: float = Field(default=60.0, ge=0)  # each collect re-reads this much
+    # the one currency budgets and rates are in (e.g. USD)
     currency: str = Field(default="USD", min_length=1, max_length=8)
     # the optional rate card: site -> partition ('*': every other partition) -> prices
     rates: dict[str, dict[str, UsageRate]] = Field(default_factory=dict)

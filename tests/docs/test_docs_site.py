@@ -155,6 +155,52 @@ def test_reference_names_every_command_section_task_and_path() -> None:
         assert f"| `{method}` | `{path}` |" in pages["reference/api.md"], (method, path)
 
 
+KEY_TABLE = "| key | type | default | meaning |"
+
+
+def empty_meanings(page: str) -> list[str]:
+    """`<block> <key>` of every row of a key table whose meaning cell is empty (or only
+    the 'see `...`' link to a nested block). The meaning is the last cell: a prose cell
+    escapes its pipes, while a type or default code span may hold bare ones."""
+    empty: list[str] = []
+    where, in_table = "", False
+    for line in page.splitlines():
+        if line.startswith("#") or line.startswith("Block `"):
+            where = line.strip("#: ")
+        if line == KEY_TABLE:
+            in_table = True
+            continue
+        if not line.startswith("|"):
+            in_table = False
+            continue
+        if not in_table or line.startswith("|---"):
+            continue
+        cells = re.split(r"(?<!\\)\|", line.strip()[1:-1])
+        meaning = re.sub(r"(^|\s)see `[^`]*`(, `[^`]*`)*$", "", cells[-1].strip()).strip()
+        if not meaning:
+            empty.append(f"{where} {cells[0].strip()}")
+    return empty
+
+
+def test_empty_meanings_are_found() -> None:
+    page = "\n".join([
+        "## `x`", "", KEY_TABLE, "|---|---|---|---|",
+        "| `a` | `'u' | 't'` | `'u'` | where it listens \\| or not |",
+        "| `b` | `int` | `1` |  |",
+        "| `c` | `Y` | (the block's defaults) | see `x.c` |",
+        "| `d` | `Y` | (the block's defaults) | the d block see `x.d` |", ""])
+    assert empty_meanings(page) == ["`x` `b`", "`x` `c`"]
+
+
+def test_every_config_and_task_key_has_a_meaning() -> None:
+    """Each key's meaning comes from its Field(description=...), the comment on or above
+    its line in cheeto_like/config/, or the skeleton's comment after it."""
+    pages = gen_reference().pages()
+    for name in ("reference/config.md", "reference/tasks.md"):
+        assert KEY_TABLE in pages[name], name
+        assert empty_meanings(pages[name]) == [], name
+
+
 def test_generated_pages_are_not_committed() -> None:
     """The hook adds them at build time; a copy in docs/ would go stale."""
     assert not (DOCS / "reference").exists() or not any((DOCS / "reference").glob("*.md"))
