@@ -104,22 +104,9 @@ class SControl:
         return await self._run("show", "assoc_mgr", f"users={user}", "flags=assoc,users")
 
 
-_JOB_ID = re.compile(r"(?:^|\s)JobId=(\d+)")
-_JOB_STATE = re.compile(r"(?:^|\s)JobState=(\S+)")
 LIVE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING",
                          "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING",
                          "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "SPECIAL_EXIT"})
-
-
-def live_job_lines(text: str) -> list[str]:
-    """The one-line records (``scontrol -o show job``) of jobs not yet ended: queued,
-    running or on their way out (their reservations are still in use)."""
-    lines = []
-    for line in text.splitlines():
-        state = _JOB_STATE.search(line)
-        if _JOB_ID.search(line) and state and state[1] in LIVE_STATES:
-            lines.append(line)
-    return lines
 
 
 async def show_jobs(control: SControl) -> ProcessResult:

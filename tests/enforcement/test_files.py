@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from cheeto_like.adapters.sacct import parse_tagged
-from cheeto_like.adapters.scontrol import live_job_lines
 from cheeto_like.config.slurm import QuotaEnforcement
 from cheeto_like.enforcement import table as qtable
 from cheeto_like.enforcement.charge import read_spool, reservation_of
@@ -131,13 +130,6 @@ def test_sacct_tagged_lines_and_reservation_ids():
     assert reservation_of(tagged.comments["12_0"]) == "abc123"
     assert reservation_of("set by an admin") is None
     assert reservation_of(f"{TAG}not-hex") is None
-
-
-def test_live_job_lines_keep_jobs_that_still_hold_a_reservation():
-    text = ("JobId=1 JobName=a JobState=PENDING AdminComment=x\n"
-            "JobId=2 JobName=b JobState=COMPLETED AdminComment=y\n"
-            "JobId=3 JobName=c JobState=RUNNING\n")
-    assert [line.split()[0] for line in live_job_lines(text)] == ["JobId=1", "JobId=3"]
 
 
 def test_the_plugin_carries_the_site_settings_as_lua_literals(tmp_path):
