@@ -61,6 +61,9 @@ SPECS: dict[str, Spec] = {
     "cheeto_sync_last_success_timestamp_seconds": Spec(
         "gauge", "Unix time the last successful run of a target ended (from the store)",
         ("target", "site"), collected=True),
+    "cheeto_sync_period_seconds": Spec(
+        "gauge", "How often the daemon's schedule runs a target's sync (from the config), "
+        "for the staleness alert", ("target", "site"), collected=True),
     # -- tasks (daemon/tasks.py run_task) ------------------------------------------------
     "cheeto_task_runs_total": Spec(
         "counter", "Task runs by outcome (ok, skipped, failed)", ("task", "site", "outcome")),
