@@ -8,9 +8,30 @@ check of one module global and returns: ``prometheus_client`` is not even import
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from .names import SPECS
 
 _active = False
+
+
+def activate(role: str, directory: Path | None = None) -> None:
+    """Turn recording on in this process and the children it forks (``process.activate``:
+    ``directory`` = prometheus_client's multiprocess directory, emptied; None = a plain
+    in-process registry)."""
+    from .process import activate as _activate
+
+    _activate(role, directory)
+
+
+def add_collector(role: str, collector: Any) -> None:
+    """Expose a scrape-time collector on the servers of ``role`` (``"all"``: every one);
+    see ``process.add_collector``. Cheap to call in any process: nothing is imported
+    until a server scrapes."""
+    from .process import add_collector as _add
+
+    _add(role, collector)
 
 
 def active() -> bool:
@@ -38,4 +59,4 @@ def set_gauge(name: str, value: float, **labels: str) -> None:
         family(name, labels).set(value)
 
 
-__all__ = ["SPECS", "active", "inc", "observe", "set_gauge"]
+__all__ = ["SPECS", "activate", "active", "add_collector", "inc", "observe", "set_gauge"]
