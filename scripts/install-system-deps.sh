@@ -8,7 +8,9 @@
 # chromedriver (the dashboard's browser tests drive them; nothing downloads a browser),
 # and wrk (bench/api.py's load generator; it falls back to httpx without it), and the
 # submit-time quota check's runtime: slurmctld's job_submit/lua plugin (Debian's
-# slurm-wlm-basic-plugins, Lua 5.1) with lua-dbi-sqlite3 to read the head node's table.
+# slurm-wlm-basic-plugins, Lua 5.1) with lua-dbi-sqlite3 to read the head node's table,
+# and Prometheus (promtool checks and unit-tests deploy/prometheus/cheeto-rules.yml and
+# the dashboard's queries; a test scrapes the demo stack with a throwaway prometheus).
 #
 # Only what is missing is installed, so a second run is quick and prints one summary line.
 # Presence is judged by a binary or header that each package provides, not by dpkg state,
@@ -41,11 +43,12 @@ declare -A PROBE=(
   [slurm-wlm-basic-plugins]=file:/usr/share/doc/slurm-wlm-basic-plugins/copyright
   [lua-dbi-sqlite3]=file:/usr/share/lua/5.1/DBI.lua
   [sqlite3]=cmd:sqlite3
+  [prometheus]=cmd:promtool
 )
 # Install order is fixed so the apt command line is stable and readable.
 ORDER=(slurmdbd slurmctld slurmd slurm-client munge mariadb-server mariadb-client slapd ldap-utils
        libldap-dev libsasl2-dev gcc rabbitmq-server git openssh-client openssl zsh
-       chromium chromium-driver wrk slurm-wlm-basic-plugins lua-dbi-sqlite3 sqlite3)
+       chromium chromium-driver wrk slurm-wlm-basic-plugins lua-dbi-sqlite3 sqlite3 prometheus)
 
 present() {  # $1: probe spec "cmd:NAME" or "file:PATH"
   local kind=${1%%:*} what=${1#*:}
@@ -87,4 +90,28 @@ apt_get() {
 start=$(date +%s)
 apt_get update -qq
 apt_get install -y -qq --no-install-recommends "${missing[@]}"
+
+# Debian's prometheus postinst enables the service and starts it on :9090 wherever no
+# policy-rc.d forbids it. Nothing here wants a system Prometheus (tests start their own
+# on a free loopback port), so one we just installed is stopped and disabled through the
+# package's own unit or init script. A Prometheus that was already there is left alone.
+stop_system_prometheus() {
+  local running
+  if [ -d /run/systemd/system ]; then
+    "${SUDO[@]}" systemctl disable --now prometheus.service >>"$log" 2>&1 || true
+    running=(systemctl is-active --quiet prometheus.service)
+  else
+    "${SUDO[@]}" /etc/init.d/prometheus stop >>"$log" 2>&1 || true
+    "${SUDO[@]}" update-rc.d prometheus disable >>"$log" 2>&1 || true
+    running=("${SUDO[@]}" /etc/init.d/prometheus status)
+  fi
+  if "${running[@]}" >/dev/null 2>&1; then
+    echo "install-system-deps: the prometheus service still runs; stop it" \
+         "(systemctl stop prometheus, or /etc/init.d/prometheus stop)" >&2
+    exit 1
+  fi
+}
+case " ${missing[*]} " in
+  *" prometheus "*) stop_system_prometheus ;;
+esac
 echo "install-system-deps: installed ${missing[*]} in $(( $(date +%s) - start ))s"
