@@ -88,6 +88,7 @@ from .ldap_plan import (
 from .ldap_state import GROUP_ATTRS, USER_ATTRS, Layout, RecordKey
 from .lease import Held, LeaseLost, holder_name, maybe_lease
 from .report import ItemOutcomes
+from .run_metrics import record_end
 from .runs import RunJournal, check_budget, close_stale_runs
 
 TARGET = "ldap"
@@ -409,6 +410,7 @@ async def _record_busy(store: Store, site: str, author: str | None, command: str
     run = SyncRun(target=TARGET, site=site, author=author, apply=True, status="failed",
                   error=exc.message, finished_at=utcnow(), duration_s=0.0,
                   holder=holder_name(), extra={"command": command, "busy": True})
+    record_end(run)
     async with store.exclusive():
         await run.insert()
 
@@ -522,6 +524,8 @@ async def _run(store: Store, config: LDAPConfig, site: str, *, scope: Scope,
             # a dry run stores its plan: the changes an apply would write, ``planned``
             await journal.finish(_stored_items(report.items) if report.items or not dry_run
                                  else _planned_items(report.plan))
+        record_end(sync_run, report.items if report else [],
+                   plan=report.plan if report else None)
         async with store.exclusive():
             await sync_run.save()
 
@@ -647,6 +651,8 @@ async def clear_tree(store: Store, config: LDAPConfig, *, base: str, exclude: li
         if report is not None:
             sync_run.counts = {"deletions": len(report.dns)}
             await RunJournal(store, sync_run).finish(_stored_items(report.items))
+        record_end(sync_run, report.items if report else [],
+                   changes={"remove": len(report.dns)} if report else None)
         async with store.exclusive():
             await sync_run.save()
 

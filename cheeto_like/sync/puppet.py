@@ -30,6 +30,7 @@ from ..queries.puppet_legacy import site_to_puppet_legacy
 from ..queries.site import get_site
 from ..store import Store
 from .lease import holder_name, lease
+from .run_metrics import record_end
 from .runs import RunJournal, close_stale_runs
 
 TARGET = "puppet"
@@ -110,8 +111,10 @@ async def sync_puppet(store: Store, site_name: str, repo_path: str | Path, *,
     async with store.exclusive():
         await run.insert()
     report = PuppetReport(site.name, dry_run, run_id=run.id)
+    written: dict[str, str] = {}  # (the metrics: a changed path not written was deleted)
     try:
         files = await desired_files(site.name, Path(repo_path))
+        written = files.writes
         report.changed = changed_files(files, Path(repo_path))
         if not dry_run:
             async with lease(store, TARGET, site.name):
@@ -136,5 +139,9 @@ async def sync_puppet(store: Store, site_name: str, repo_path: str | Path, *,
                      outcome="ok" if report.committed else "planned")
             for path in report.changed])
         run.extra |= {"commit": report.commit, "pushed": report.pushed}
+        deleted = sum(path.startswith(f"{KEYS_DIR}/") and path not in written
+                      for path in report.changed)
+        record_end(run, changes={"modify": len(report.changed) - deleted, "remove": deleted},
+                   removed=deleted if report.committed else 0)
         async with store.exclusive():
             await run.save()

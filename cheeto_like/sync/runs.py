@@ -53,6 +53,7 @@ from ..models.sync import SyncItem, epoch_ms
 from ..queries.sync_runs import overlay, run_items, run_steps
 from ..store import Store
 from .lease import Held, holder_is_gone, store_time
+from .run_metrics import record_crashed
 
 BUDGET_WINDOW = timedelta(hours=24)
 ITEM_BATCH = 1000  # SyncRunItem writes per bulk_write: a few hundred KB, whatever the plan
@@ -216,6 +217,7 @@ async def close_stale_runs(store: Store, *, target: str | None = None,
                                          {"$set": fields, "$currentDate": {"finished_at": True}})
         if not done.modified_count:  # it ended meanwhile, or another closer won
             continue
+        record_crashed(doc)
         if steps:
             async with store.exclusive():
                 await SyncStep.get_pymongo_collection().delete_many({"run": doc["_id"]})
@@ -291,8 +293,10 @@ async def check_budget(target: str, site: str, removals: list[str], *,
     planned = len(removals)
     if planned <= left or (allow is not None and planned <= allow):
         return figures
-    raise GuardTripped(
+    tripped = GuardTripped(
         f"the plan removes {planned} {what} but only {left} of {site}'s daily budget of "
         f"{per_day} remain ({used} removed in the last 24 h); nothing was changed. "
         f"Review the plan, then pass --allow-deletions {planned} to go ahead",
         would_delete=removals)
+    tripped.guard = "daily_budget"  # type: ignore[attr-defined]  # the metric's label
+    raise tripped

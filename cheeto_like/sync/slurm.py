@@ -41,6 +41,7 @@ from ..queries.site import get_site
 from ..store import Store
 from .lease import DEFAULT_TTL, Held, LeaseLost, holder_name, maybe_lease
 from .report import ItemOutcomes
+from .run_metrics import record_end, record_quota_blocks
 from .runs import RunJournal, check_budget, close_stale_runs, removed_by
 from .slurm_actual import Policy, StateReader, actual_state, with_deletion_facts
 from .slurm_desired import desired_state
@@ -179,6 +180,7 @@ async def _record_busy(store: Store, site: str, author: str | None, exc: Busy) -
     run = SyncRun(target=TARGET, site=site, author=author, apply=True, status="failed",
                   error=exc.message, finished_at=now, duration_s=0.0, holder=holder_name(),
                   extra={"busy": True})
+    record_end(run)
     async with store.exclusive():
         await run.insert()
 
@@ -205,6 +207,7 @@ async def _run(store: Store, site: str, cluster: str, *, reader: StateReader,
         else:
             desired = await desired_state(site)
             actual = await actual_state(reader, cluster, policy)
+        record_quota_blocks(site, desired)
         planned = plan(desired, actual)
         if planned.deletions:  # only deletions need the two costly extra reads
             actual = await with_deletion_facts(reader, actual)
@@ -252,6 +255,7 @@ async def _run(store: Store, site: str, cluster: str, *, reader: StateReader,
             run.extra |= {"conflicts": list(report.plan.conflicts),
                           "notes": list(report.plan.notes)}
             await journal.finish(items)  # the outcomes, before the run says it ended
+        record_end(run, journal.items, plan=report.plan if report is not None else None)
         async with store.exclusive():
             await run.save()
         await journal.discard_steps()  # the run's items hold every outcome now
