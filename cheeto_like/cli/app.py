@@ -292,6 +292,9 @@ def _common_args(parser: argparse.ArgumentParser) -> None:
                        help="write logs to FILE (bare --log: stderr)")
     group.add_argument("--log-level", default=argparse.SUPPRESS,
                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log level (INFO)")
+    group.add_argument("--log-format", default=argparse.SUPPRESS, choices=["text", "json"],
+                       help="log lines as text (default) or one JSON object each (with "
+                            "run_id, site and task); default $CHEETO_LOG_FORMAT, else text")
     group.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS,
                        help="only print errors and requested data")
 
@@ -319,23 +322,26 @@ def _apply_common_args() -> None:
 def _setup_logging(args: argparse.Namespace, out: Output) -> None:
     import logging
 
+    from .. import logs
     from .output import LogHandler as RichHandler  # rich, with control characters escaped
 
     log = logging.getLogger("cheeto_like")
     level = getattr(logging, getattr(args, "log_level", "INFO"))
     target = getattr(args, "log", None)
+    fmt = logs.resolve_format(getattr(args, "log_format", None))
     log.handlers.clear()
     log.propagate = False
     log.setLevel(level)
     if target is None:
         log.setLevel(logging.WARNING if level < logging.WARNING else level)
-        log.addHandler(RichHandler(console=out.console, show_path=False))
-    elif target == "-":
-        log.addHandler(RichHandler(console=out.console, show_path=False))
+    if target is not None and target != "-":
+        handler: logging.Handler = logging.FileHandler(target)
+        logs.prepare(handler, fmt, "%(asctime)s %(levelname)s %(name)s: %(message)s")
+    elif fmt == "json":  # a log shipper reads stderr: no colours, one object a line
+        handler = logs.prepare(logging.StreamHandler(out.stderr), fmt)
     else:
-        handler = logging.FileHandler(target)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        log.addHandler(handler)
+        handler = RichHandler(console=out.console, show_path=False)
+    log.addHandler(handler)
 
 
 async def _run_handler(args: argparse.Namespace, handler: Handler) -> int | None:

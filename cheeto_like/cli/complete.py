@@ -25,9 +25,11 @@ MAX_NAMES = 500
 # Options every node has (app._common_args/_ng_args): option -> kind of value (None: flag).
 _COMMON: dict[str, str | None] = {
     "--config": "file", "--profile": "profile", "-p": "profile", "--log": "file",
-    "--log-level": "choice", "--quiet": None, "-q": None, "--help": None, "-h": None,
+    "--log-level": "choice", "--log-format": "choice", "--quiet": None, "-q": None,
+    "--help": None, "-h": None,
 }
 _LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+_LOG_FORMATS = ["text", "json"]
 # Without a command's own option table, these names mean the same thing everywhere.
 _BY_NAME = {"--site": "site", "-s": "site", "--user": "user", "-u": "user",
             "--group": "group", "-g": "group"}
@@ -140,11 +142,15 @@ def _node_options(tree: _Tree) -> dict[str, Option]:
     if tree.node is not None and tree.node.module is not None:
         options = command_options(tree.node)
     else:
-        options = [Option([name], kind, _LOG_LEVELS if name == "--log-level" else [])
+        options = [Option([name], kind, _common_choices(name))
                    for name, kind in _COMMON.items()]
         if tree.node is not None and tree.node.words[0] == "ng":
             options.append(Option(["--author"], "value"))
     return {s: o for o in options for s in o.strings}
+
+
+def _common_choices(name: str) -> list[str]:
+    return {"--log-level": _LOG_LEVELS, "--log-format": _LOG_FORMATS}.get(name, [])
 
 
 # -- names from the store ---------------------------------------------------------------
@@ -246,7 +252,8 @@ def candidates(words: list[str], cword: int) -> list[str]:
 
 def _values(option: Option, prefix: str, words: list[str]) -> list[str]:
     if option.kind == "choice":
-        values = option.choices or (_LOG_LEVELS if "--log-level" in option.strings else [])
+        values = option.choices or next(
+            (_common_choices(s) for s in option.strings if _common_choices(s)), [])
         return [c for c in values if c.startswith(prefix)]
     if option.kind == "profile":
         return [p for p in _profiles(words) if p.startswith(prefix)]

@@ -25,6 +25,7 @@ from .load import (
     resolve_profile,
 )
 from .mail import AlertsConfig, AuditConfig, MailConfig, SMTPConfig
+from .metrics import MetricsConfig
 from .offboarding import OffboardingConfig, SiteOffboarding
 from .paths import (
     DEFAULT_PROFILE,
@@ -102,6 +103,7 @@ __all__ = [
     "LDAPConfig",
     "LDAPSyncTask",
     "MailConfig",
+    "MetricsConfig",
     "MongoConfig",
     "OffboardingConfig",
     "PuppetSyncTask",

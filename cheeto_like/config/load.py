@@ -18,6 +18,7 @@ from .base import Block, UserPath
 from .daemon import DaemonConfig
 from .ldap import LDAPConfig
 from .mail import AlertsConfig, AuditConfig, MailConfig
+from .metrics import MetricsConfig
 from .offboarding import OffboardingConfig
 from .paths import DEFAULT_PROFILE, PROFILED_SECTIONS
 from .people import HippoConfig, IAMConfig
@@ -48,6 +49,7 @@ class Config(Block):
     requests: RequestsConfig = Field(default_factory=RequestsConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     offboarding: OffboardingConfig = Field(default_factory=OffboardingConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
 
     @property
     def client_only(self) -> bool:
@@ -77,6 +79,7 @@ class _ConfigFile(BaseModel):
     requests: RequestsConfig = Field(default_factory=RequestsConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     offboarding: OffboardingConfig = Field(default_factory=OffboardingConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
 
 
 def resolve_config_path(explicit: str | os.PathLike[str] | None) -> tuple[Path, bool]:
@@ -121,7 +124,7 @@ def load_config(path: str | os.PathLike[str] | None = None, profile: str | None 
                   slurm=parsed.slurm,
                   usage=parsed.usage, client=parsed.client,
                   requests=parsed.requests, retention=parsed.retention,
-                  offboarding=parsed.offboarding, **picked)
+                  offboarding=parsed.offboarding, metrics=parsed.metrics, **picked)
 
 
 def _check_profile(parsed: _ConfigFile, chosen: str, file_path: Path) -> None:

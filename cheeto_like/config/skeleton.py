@@ -49,6 +49,16 @@ mongo:
 #   sites:                        # per site; storage: keep | archive | remove (records expire)
 #     farm: {ssh_keys: remove, memberships: remove, storage: remove, storage_after_days: 90}
 
+# metrics:                        # global: Prometheus endpoints (docs/production.md)
+#   api: true                     # the API serves GET /metrics at its prefix
+#   listen_address: 127.0.0.1     # the worker and beat servers' address
+#   hub_worker_port: 9464         # unset: no server (daemon worker --metrics-port N wins)
+#   site_worker_ports: {farm: 9465}
+#   beat_port: 9466               # (daemon beat --metrics-port N wins)
+#   # token: secret               # every /metrics wants Authorization: Bearer <token>
+#   #                             # ($CHEETO_METRICS_TOKEN wins)
+#   # directory: /var/lib/cheeto/metrics   # parent of the multiprocess directories
+
 # ldap:
 #   default:
 #     servers: [ldaps://ldap1.example.org, ldaps://ldap2.example.org]  # tried in order

@@ -59,6 +59,7 @@ from .. import version as package_version
 from ..auth.tokens import TokenIssuer
 from ..config import ApiConfig, Config
 from ..errors import CheetoError, ConfigError
+from ..metrics.api import install_metrics
 from ..operations.generations import poll_generations
 from ..queries.exports import root_keys as root_key_export
 from ..queries.exports import root_keys_list, root_keys_text, storage_export
@@ -550,6 +551,8 @@ def create_api(config: Config, store: Store | None = None, *,
     # /api/v1, sign-in and keys (web/); after the handlers above
     install_v1(app, config, issuer=issuer)
     app.state.auth.open_puppet = open_storage_map(api, insecure=insecure)
+    # GET /metrics and the request counts by route template (metrics.api; metrics/api.py)
+    install_metrics(app, config)
     install_dashboard(app, config)  # the web pages at the prefix (web/dashboard/)
     return app
 

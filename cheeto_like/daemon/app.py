@@ -204,18 +204,21 @@ def describe(app: Celery) -> str:
 # -- long-running processes ------------------------------------------------------------
 
 
-def setup_process_logging(level: str, target: str | None) -> None:
+def setup_process_logging(level: str, target: str | None, fmt: str | None = None) -> None:
     """Route every logger (Celery's and ours) to one handler on the root logger.
 
     Celery leaves the root logger alone (``worker_hijack_root_logger=False``) and adds
-    no handler of its own when the root already has one.
+    no handler of its own when the root already has one. ``fmt``: ``text`` or ``json``
+    (``cheeto_like.logs``; None: ``$CHEETO_LOG_FORMAT``, else text); either way the
+    handler carries the run id, site and task of ``logs.context``.
     """
+    from .. import logs
+
     if target and target != "-":
         handler: logging.Handler = logging.FileHandler(target)
     else:
         handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(
-        "[%(asctime)s: %(levelname)s/%(processName)s] %(name)s: %(message)s"))
+    logs.prepare(handler, logs.resolve_format(fmt))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -167,6 +167,8 @@ ROWS: list[Row] = [
     Row("GET", "/healthz", public(200), problem=False),
     Row("GET", "/openapi.json", public(200), problem=False),
     Row("GET", "/docs", public(200), problem=False),
+    # Prometheus' scrape: open unless metrics.token is set (tests/metrics/test_api_metrics.py)
+    Row("GET", "/metrics", public(200), problem=False),
 ]
 
 
