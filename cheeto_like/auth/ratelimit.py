@@ -26,7 +26,9 @@ let an attacker's addresses start again whenever the real person signs in.
 
 Each counter document holds the store-clock times (epoch ms) of its latest failures,
 at most as many as its limit (``$push`` with ``$slice``), so a key is limited exactly
-while its limit-th latest failure is younger than the window. Failures are one
+while its limit-th latest failure is younger than the window. A refusal is counted in
+``cheeto_auth_limiter_refusals_total`` by the limit that holds longest (``pair``,
+``user`` or ``address``), a failure in ``cheeto_auth_signin_failures_total``. Failures are one
 ``bulk_write`` of single-document upserts outside any transaction: atomic per document,
 no write conflicts between processes. Times come from the store's clock (``hello``'s
 ``localTime``), the same for every API host; the host's clock is used only if the store
@@ -49,6 +51,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pymongo import UpdateOne
+
+from .. import metrics
 
 log = logging.getLogger("cheeto_like.api")
 COLLECTION = "signin_failures"
@@ -136,18 +140,25 @@ class LoginLimiter:
         by_user = self._recent(docs.get(user_id), now)
         by_addr = self._recent(docs.get(addr_id), now)
         p, w = self.policy, self.window_ms
-        until = now
-        if len(pair) >= p.max_failures:
-            until = max(until, pair[-p.max_failures] + w)
-        if len(by_addr) >= p.address_max_failures:
-            until = max(until, by_addr[-p.address_max_failures] + w)
+        until, scope = now, None
+        if len(pair) >= p.max_failures and pair[-p.max_failures] + w > until:
+            until, scope = pair[-p.max_failures] + w, "pair"
+        if len(by_addr) >= p.address_max_failures \
+                and by_addr[-p.address_max_failures] + w > until:
+            until, scope = by_addr[-p.address_max_failures] + w, "address"
         if pair and len(by_user) >= p.user_max_failures:
             # the name's lock holds here only while this address has failures for it
-            until = max(until, min(by_user[-p.user_max_failures] + w, pair[-1] + w))
+            held = min(by_user[-p.user_max_failures] + w, pair[-1] + w)
+            if held > until:
+                until, scope = held, "user"
+        if scope is not None:  # the limit that holds longest: pair, user or address
+            metrics.inc("cheeto_auth_limiter_refusals_total", scope=scope)
         return (until - now) / 1000
 
     async def failed(self, database: Any, user: str, address: str) -> None:
-        """Count one failure for the pair, the name and the address."""
+        """Count one failure for the pair, the name and the address (every caller counts
+        a wrong password here: the token endpoint and the dashboard's sign-in form)."""
+        metrics.inc("cheeto_auth_signin_failures_total", method="password")
         collection = await self._collection(database)
         now = await self.now_ms(database)
         pair_id, user_id, addr_id = _keys(user, address)

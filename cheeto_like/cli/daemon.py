@@ -44,6 +44,33 @@ def _loglevel(parser: a.Parser) -> None:
                         choices=LOG_LEVELS, help="log level of the process (default INFO)")
 
 
+def _metrics_port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (0-65535; 0: off)")
+    return value
+
+
+def _metrics_args(parser: a.Parser, where: str) -> None:
+    parser.add_argument("--metrics-port", type=_metrics_port, metavar="N",
+                        help=f"serve Prometheus metrics on port N (default {where}; 0: "
+                             "off); at metrics.listen_address")
+
+
+def _start_metrics(args: argparse.Namespace, role: str, configured: int | None, *,
+                   name: str = "", multiprocess: bool = True) -> None:
+    """The process's metrics server, when a port is set (``--metrics-port`` wins)."""
+    from ..metrics.process import start_for
+
+    port = configured if args.metrics_port is None else args.metrics_port
+    server = start_for(args.ctx.config, role, port, name=name, multiprocess=multiprocess)
+    if server is not None:
+        log.info("%s: metrics on http://%s:%d/metrics", role, server.host, server.port)
+
+
 def _concurrency(text: str) -> int:
     try:
         value = int(text)
@@ -85,7 +112,13 @@ def daemon_worker(args: argparse.Namespace) -> int:
     else:
         queue, name = HUB_QUEUE, args.name or HUB_WORKER_NAME
     app = make_app(config)
-    setup_process_logging(args.worker_loglevel, getattr(args, "log", None))
+    setup_process_logging(args.worker_loglevel, getattr(args, "log", None),
+                          getattr(args, "log_format", None))
+    if args.site:
+        _start_metrics(args, "site_worker", config.metrics.worker_port(args.site),
+                       name=args.site)
+    else:
+        _start_metrics(args, "hub_worker", config.metrics.worker_port(None))
     enabled = ", ".join(enabled_tasks(config)) or "none"
     log.info("worker %s consuming %s (enabled tasks: %s); %s", host_format(name), queue,
              enabled, describe(app))
@@ -112,7 +145,9 @@ def _quota_agent(args: argparse.Namespace) -> Any:
     if args.site not in args.ctx.config.slurm.enforcement.sites:
         return None
     extra = [*(["--config", str(args.config)] if getattr(args, "config", None) else []),
-             *(["--profile", args.profile] if getattr(args, "profile", None) else [])]
+             *(["--profile", args.profile] if getattr(args, "profile", None) else []),
+             *(["--log-format", args.log_format] if getattr(args, "log_format", None)
+               else [])]
     log.info("worker: starting the quota agent of %s", args.site)
     return AgentChild(cheeto_argv("daemon", "quota-agent", "-s", args.site, *extra)).start()
 
@@ -126,6 +161,7 @@ def _(parser: a.Parser) -> None:
     parser.add_argument("--concurrency", "-c", type=_concurrency, default=1, metavar="N",
                         help="tasks this worker runs at once (default 1; 1-64); runs of the "
                              "same task and site still never overlap (their leases)")
+    _metrics_args(parser, "metrics.hub_worker_port, or metrics.site_worker_ports[SITE]")
     _loglevel(parser)
 
 
@@ -153,7 +189,9 @@ def daemon_beat(args: argparse.Namespace) -> int:
         _writable_dir(pidfile, "pidfile")
         check_pidfile(pidfile)
     app = make_app(config, beat_schedule=plan.entries)
-    setup_process_logging(args.worker_loglevel, getattr(args, "log", None))
+    setup_process_logging(args.worker_loglevel, getattr(args, "log", None),
+                          getattr(args, "log_format", None))
+    _start_metrics(args, "beat", config.metrics.beat_port, multiprocess=False)
     for note in plan.notes:
         log.info("beat: %s", note)
     for name, entry in plan.entries.items():
@@ -172,6 +210,7 @@ def _(parser: a.Parser) -> None:
                         help="beat's state file (default daemon.beat_schedule_filename)")
     parser.add_argument("--pidfile", metavar="PATH",
                         help="refuse to start when PATH names a running beat")
+    _metrics_args(parser, "metrics.beat_port")
     _loglevel(parser)
 
 

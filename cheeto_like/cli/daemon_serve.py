@@ -71,8 +71,21 @@ def daemon_api(args: argparse.Namespace) -> int:
     scheme = "https" if api.tls_cert else "http"
     where = f"[{host}]" if ":" in host else host
     ctx.out.info(esc(f"serving the API on {scheme}://{where}:{port}{api.prefix}/ ({access})"))
-    uvicorn.run(create_api(ctx.config, insecure=args.insecure, issuer=issuer),
-                **uvicorn_options(api, host, port))
+    options = uvicorn_options(api, host, port)
+    if ctx.config.metrics.api:
+        from ..metrics import activate
+
+        activate("api")  # one uvicorn process: a plain registry (metrics/api.py)
+    fmt = getattr(args, "log_format", None)
+    from ..logs import resolve_format
+
+    if resolve_format(fmt) == "json":  # uvicorn's loggers too, through the root handler
+        from ..daemon.app import setup_process_logging
+
+        setup_process_logging(getattr(args, "log_level", "INFO"), getattr(args, "log", None),
+                              "json")
+        options["log_config"] = None
+    uvicorn.run(create_api(ctx.config, insecure=args.insecure, issuer=issuer), **options)
     return 0
 
 
@@ -120,7 +133,8 @@ def daemon_flower(args: argparse.Namespace) -> int:
                                broker_api=args.broker_api or os.environ.get("FLOWER_BROKER_API"),
                                broker_api_port=args.broker_api_port, extra=extra)
     app = make_app(config, **flower_overrides(config))
-    setup_process_logging(args.worker_loglevel, getattr(args, "log", None))
+    setup_process_logging(args.worker_loglevel, getattr(args, "log", None),
+                          getattr(args, "log_format", None))
     os.environ.update(env)
     prefix = f"/{args.url_prefix.strip('/')}" if args.url_prefix else ""
     where = f"[{args.address}]" if ":" in args.address else args.address
@@ -240,6 +254,8 @@ def _banner(out: Output, plan: StackPlan, demo_site: str) -> None:
                                         else ""),
         f"  broker  {info['broker']}",
         f"  store   {info['store']}",
+        "  metrics " + " ".join(f"{name}={url}" for name, url
+                                 in info.get("metrics", {}).items()),
         f"  run dir {info['run_dir']} (logs/, config.yaml, stack.json)",
         f"  enqueue CHEETO_CONFIG={info['config']} cheeto daemon enqueue TASK --wait",
         "          (or with the config you gave `daemon up`, while the stack runs)",

@@ -19,7 +19,9 @@ stderr and appended to ``<run dir>/logs/<name>.log``. A service that exits is re
 with back-off (1 s doubling to 30 s; reset after 60 s of uptime). Ctrl-C or SIGTERM stops
 everything in reverse order: SIGTERM, a grace period, then SIGKILL for the whole process
 group, so nothing is left behind; a second Ctrl-C skips the grace periods. The URLs and
-credentials are printed and written to ``<run dir>/stack.json`` (mode 0600). While the
+credentials are printed and written to ``<run dir>/stack.json`` (mode 0600), with the
+Prometheus scrape URL of every process under ``metrics`` (the ports are free loopback
+ports, also in the derived config's ``metrics`` section). While the
 stack runs, a pointer from the config it was given to the derived one
 (``daemon/stack_pointer.py``) lets ``cheeto daemon enqueue --config <that file>`` reach the
 stack's broker.
@@ -312,6 +314,9 @@ def plan_stack(config: Config, options: StackOptions) -> StackPlan:
     services.append(ServiceSpec("beat", cheeto_argv(
         "daemon", "beat", "--pidfile", str(run / "beat" / "beat.pid"), *common),
         stop_timeout=10))
+    derived_config = _metrics_ports(raw, run, derived, info, api_url,
+                                    [spec.name[len("site-"):] for spec in services
+                                     if spec.name.startswith("site-")])
 
     # 5. the API and Flower
     health = f"{api_url}/healthz"
@@ -329,6 +334,31 @@ def plan_stack(config: Config, options: StackOptions) -> StackPlan:
                      notes=notes, store_config=derived_config, seed_demo=options.seed_demo,
                      source_config=Path(config.path) if config.path is not None else None,
                      profile=config.profile)
+
+
+def _metrics_ports(raw: dict[str, Any], run: Path, derived: Path, info: dict[str, Any],
+                   api_url: str, sites: list[str]) -> Config:
+    """Every process of the stack serves metrics on a free loopback port: the ports go
+    in the derived config's ``metrics`` section (which the workers and beat read) and in
+    ``stack.json``'s ``metrics`` (name -> scrape URL), for Prometheus to be pointed at.
+    A port the given config sets is kept when free."""
+    given: dict[str, Any] = dict(raw.get("metrics") or {})
+    sites_given = dict(given.get("site_worker_ports") or {})
+    section = {**given, "listen_address": "127.0.0.1", "api": True,
+               "hub_worker_port": port_or_free(given.get("hub_worker_port")),
+               "beat_port": port_or_free(given.get("beat_port")),
+               "site_worker_ports": {site: port_or_free(sites_given.get(site))
+                                     for site in sites}}
+    section.setdefault("directory", str(run / "metrics"))
+    raw["metrics"] = section
+    _write_private(derived, _yaml(raw))
+    urls = {"api": f"{api_url}/metrics",
+            "hub": f"http://127.0.0.1:{section['hub_worker_port']}/metrics",
+            "beat": f"http://127.0.0.1:{section['beat_port']}/metrics"}
+    urls |= {f"site-{site}": f"http://127.0.0.1:{port}/metrics"
+             for site, port in section["site_worker_ports"].items()}
+    info["metrics"] = urls
+    return _load(derived)
 
 
 def _ctl_base() -> int:

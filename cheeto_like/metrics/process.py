@@ -77,11 +77,31 @@ def directory() -> Path | None:
 
 
 def default_directory(parent: Path | None, name: str) -> Path:
-    """``<parent>/metrics/<name>``: the state directory of a service, or a temp dir."""
+    """``<parent>/cheeto-metrics/<name>``; parent: the config's ``metrics.directory``, else
+    the state directory of a service, else the temp directory."""
     from ..config import paths
 
-    base = parent or paths.state_directory() or Path(tempfile.gettempdir())
-    return Path(base) / "cheeto-metrics" / re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+    top = "cheeto-metrics"
+    base = parent or paths.state_directory()
+    if base is None:  # the shared temp directory: a name of this user's own
+        base, top = Path(tempfile.gettempdir()), f"cheeto-metrics-{os.getuid()}"
+    return Path(base) / top / re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def _fresh_directory(where: Path) -> None:
+    """Make ``where`` empty, refusing a symlink or a directory another user owns (its
+    parent may be a shared temp directory)."""
+    where.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+    for path in (where.parent, where):
+        if not os.path.lexists(path):
+            continue
+        info = os.lstat(path)
+        if os.path.islink(path) or info.st_uid != os.getuid():
+            raise PermissionError(f"{path} is a symlink or another user's: not using it "
+                                  "for metrics")
+    if where.exists():
+        shutil.rmtree(where)
+    where.mkdir(mode=0o700)
 
 
 def activate(role_name: str, where: Path | None = None) -> None:
@@ -95,9 +115,7 @@ def activate(role_name: str, where: Path | None = None) -> None:
 
     if where is not None:
         where = Path(where)
-        if where.exists():
-            shutil.rmtree(where)
-        where.mkdir(parents=True, mode=0o700)
+        _fresh_directory(where)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(where)
         # prometheus_client picks its value class when it is first imported (Flower's
         # import may have come first): the families made from now on use the mmap files.
@@ -279,3 +297,31 @@ def serve(host: str, port: int, role_name: str, collectors: Iterable[Any] = (),
     bound = httpd.server_address[1]
     log.info("metrics: serving %s on http://%s:%d/metrics", role_name, host, bound)
     return Server(host, int(bound), httpd, thread)
+
+
+def start_for(config: Any, role_name: str, port: int | None, *, name: str = "",
+              multiprocess: bool = True) -> Server | None:
+    """Activate and serve for a daemon process from the ``metrics`` config section.
+
+    ``port`` None or 0: nothing (no recording either). ``multiprocess``: a Celery worker
+    (prefork children add up in ``<metrics.directory>/cheeto-metrics/<role>-<name>-<port>``,
+    private to this server: the port is its own while it runs); beat is one process.
+    A port already taken is one ``Conflict`` line, before Celery starts."""
+    from ..errors import Conflict
+
+    if not port:
+        return None
+    settings = config.metrics
+    where = None
+    if multiprocess:
+        where = default_directory(settings.directory, "-".join(
+            part for part in (role_name, name, str(port)) if part))
+    try:
+        activate(role_name, where)
+    except PermissionError as exc:
+        raise Conflict(f"metrics directory: {exc}") from None
+    try:
+        return serve(settings.listen_address, port, role_name, token=settings.bearer())
+    except OSError as exc:
+        raise Conflict(f"cannot serve metrics on {settings.listen_address}:{port}: "
+                       f"{exc.strerror or exc}") from None

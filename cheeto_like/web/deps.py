@@ -30,6 +30,7 @@ from fastapi import Depends, Request
 from fastapi.exceptions import HTTPException
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
+from .. import metrics
 from ..auth import rules
 from ..auth.apikeys import UsageRecorder, find_key, looks_like_key
 from ..auth.principal import Principal, load_person, machine
@@ -106,12 +107,14 @@ async def _from_token(auth: Auth, token: str) -> Principal:
     try:
         return await person_from_token(auth, token)
     except BadToken as exc:
+        metrics.inc("cheeto_auth_signin_failures_total", method="token")
         raise _unauthorized(str(exc)) from None
 
 
 async def _from_key(auth: Auth, secret: str) -> Principal:
     key = await find_key(secret)
     if key is None:
+        metrics.inc("cheeto_auth_signin_failures_total", method="api_key")
         raise _unauthorized("invalid, expired or revoked API key")
     auth.recorder.touch(key.id)
     return machine(key.name, key.scopes)
@@ -130,8 +133,10 @@ async def optional_principal(
     if api_key:
         if looks_like_key(api_key):
             return await _from_key(auth, api_key)
+        metrics.inc("cheeto_auth_signin_failures_total", method="api_key")
         raise _unauthorized("invalid, expired or revoked API key")
     if request.headers.get("authorization"):
+        metrics.inc("cheeto_auth_signin_failures_total", method="token")
         raise _unauthorized("send the token as 'Authorization: Bearer <token>'")
     return None
 
