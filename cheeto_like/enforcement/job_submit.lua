@@ -226,6 +226,8 @@ local function open_reservations()
     .. " count INTEGER NOT NULL, created INTEGER NOT NULL, cost_each REAL NOT NULL DEFAULT 0)")
   exec(dbh, "CREATE INDEX IF NOT EXISTS reservations_user ON reservations(user)")
   exec(dbh, "CREATE INDEX IF NOT EXISTS reservations_account ON reservations(account)")
+  -- refusals by quota kind, read by the site worker's metrics (cheeto_quota_submit_refusals_total)
+  exec(dbh, "CREATE TABLE IF NOT EXISTS refusals (quota TEXT PRIMARY KEY, n INTEGER NOT NULL)")
   -- a file from before budgets has no cost_each: add it (the worker may have added it
   -- first, so a failed ALTER is looked at again, not raised)
   local has_cost = false
@@ -244,6 +246,26 @@ local function open_reservations()
   end
   reservations_db = dbh
   return dbh
+end
+
+-- Count a refusal under each of its kinds (a set: {cpu = true, ...}): one upsert per
+-- kind. Never raises and never changes a verdict: a count that cannot be written is
+-- only logged. A handle it had to open itself is closed again (stale() runs outside
+-- guarded()'s own open and close).
+local function count_refusal(kinds)
+  local opened_here = reservations_db == nil
+  local ok, err = pcall(function()
+    local dbh = open_reservations()
+    for kind, _ in pairs(kinds) do
+      exec(dbh, "INSERT INTO refusals (quota, n) VALUES (" .. quote(kind) .. ", 1)"
+        .. " ON CONFLICT(quota) DO UPDATE SET n = n + 1")
+    end
+  end)
+  if opened_here and reservations_db ~= nil then
+    pcall(function() reservations_db:close() end)
+    reservations_db = nil
+  end
+  if not ok then log_error("cannot count a refusal: " .. tostring(err)) end
 end
 
 -- The table as of now: nil and why when it is missing, unreadable or too old
@@ -338,6 +360,7 @@ end
 -- nil when the request fits, else the message the user sees
 local function verdict(t, dbh, user, account, cpu_total, gpu_total, except, cost_total)
   local problems = {}
+  local kinds = {}  -- which quotas the request exceeds (the refusal count's labels)
   for _, subject in ipairs({{"user", user}, {"account", account}}) do
     local kind, name = subject[1], subject[2]
     local row = t.subjects[kind]
@@ -345,6 +368,7 @@ local function verdict(t, dbh, user, account, cpu_total, gpu_total, except, cost
       local cpu_res, gpu_res, cost_res = reserved(dbh, kind, name, except)
       local budget, spent = tonumber(row.budget), tonumber(row.money_used) or 0
       if budget ~= nil and cost_total > 0 and spent + cost_res + cost_total > budget + EPSILON then
+        kinds["budget"] = true
         table.insert(problems, string.format(
           "%s %s at %s: budget %s %s%s, spent %s + reserved by your queued and running"
           .. " jobs %s + this job %s = %s (%s %s short)",
@@ -359,6 +383,7 @@ local function verdict(t, dbh, user, account, cpu_total, gpu_total, except, cost
         local held, asked = res[4], res[5]
         if quota ~= nil and asked > 0 and used + held + asked > quota + EPSILON then
           local short = used + held + asked - quota
+          kinds[string.lower(label)] = true
           table.insert(problems, string.format(
             "%s %s at %s: %s quota %s min%s, used %s + reserved by your queued and"
             .. " running jobs %s + this job %s = %s (%s min short)",
@@ -372,7 +397,7 @@ local function verdict(t, dbh, user, account, cpu_total, gpu_total, except, cost
   if #problems == 0 then return nil end
   return "job refused: it would exceed a quota. " .. table.concat(problems, "; ")
     .. ". `cheeto quota show` shows what you have used, `squeue --me` your queued and"
-    .. " running jobs; ask your sponsor or the admins for more minutes or budget."
+    .. " running jobs; ask your sponsor or the admins for more minutes or budget.", kinds
 end
 
 local function totals(t, cpus, minutes, gpus, count)
@@ -400,6 +425,7 @@ end
 local function stale(why)
   if CONFIG.on_stale == "fail_closed" then
     log_error(why .. ": refusing (on_stale fail_closed)")
+    if have_dbi then count_refusal({stale = true}) end
     slurm.log_user("%s", "job refused: the quota check cannot run (" .. why .. "), and this"
       .. " site refuses jobs then. Please tell the admins.")
     return slurm.ERROR
@@ -439,6 +465,7 @@ local function check_submit(job_desc, part_list)
             .. " so it cannot be checked against the quota of " .. row.kind .. " "
             .. (row.name ~= "" and row.name or (row.kind == "user" and user or account))
             .. " at " .. CONFIG.site .. ". Submit it with --time.")
+          count_refusal({no_time_limit = true})
           return slurm.ERROR
         end
       end
@@ -450,9 +477,10 @@ local function check_submit(job_desc, part_list)
   if t ~= nil then cost_each = cost_of(t, partitions_of(job_desc.partition, part_list),
                                        cpu_each, gpu_each) end
   if t ~= nil then
-    local message = verdict(t, dbh, user, account, cpu_total, gpu_total, nil,
-                            cost_each * count)
+    local message, kinds = verdict(t, dbh, user, account, cpu_total, gpu_total, nil,
+                                   cost_each * count)
     if message ~= nil then
+      count_refusal(kinds)
       slurm.log_user("%s", message)
       log_info(string.format("refused a job of %s (account %s): %s", user, account, message))
       return slurm.ERROR
@@ -523,6 +551,7 @@ local function check_modify(job_desc, job_rec, part_list)
         end
       end
       if message ~= nil then
+        count_refusal({no_time_limit = true})
         slurm.log_user("%s", message)
         return slurm.ERROR
       end
@@ -540,8 +569,10 @@ local function check_modify(job_desc, job_rec, part_list)
     and gpu_each <= tonumber(old.gpu_each) + EPSILON
     and cost_each <= (tonumber(old.cost_each) or 0) + EPSILON and job_desc.account == nil
   if t ~= nil and not smaller then
-    local message = verdict(t, dbh, user, account, cpu_total, gpu_total, id, cost_each * count)
+    local message, kinds = verdict(t, dbh, user, account, cpu_total, gpu_total, id,
+                                   cost_each * count)
     if message ~= nil then
+      count_refusal(kinds)
       slurm.log_user("%s", message)
       log_info(string.format("refused a change of job %s: %s", tostring(job_rec.job_id), message))
       return slurm.ERROR

@@ -22,7 +22,9 @@ the job's admin_comment; ``cost_each`` is an element's price, added to files fro
 budgets by ``ALTER TABLE`` here and in the plugin, each guarded by a look at the
 columns): the worker releases an element's share when the hook reports it finished
 (``released`` makes that idempotent per job id), and drops rows whose job is no longer
-queued or running (a completion the hook missed).
+queued or running (a completion the hook missed). ``refusals(quota, n)`` counts the
+jobs and changes the plugin refused, by quota kind (cpu, gpu, budget, no_time_limit,
+stale): the site worker's metrics read it (``metrics.collectors_quota``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ RESERVATIONS_SCHEMA = (
     "CREATE INDEX IF NOT EXISTS reservations_account ON reservations(account)",
     "CREATE TABLE IF NOT EXISTS released (id TEXT NOT NULL, job_id TEXT NOT NULL,"
     " at INTEGER NOT NULL, PRIMARY KEY (id, job_id))",
+    # the plugin's refusals by quota kind (metrics.collectors_quota reads them)
+    "CREATE TABLE IF NOT EXISTS refusals (quota TEXT PRIMARY KEY, n INTEGER NOT NULL)",
 )
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .. import metrics
 from ..config import Config
 from ..errors import ConfigError
 from ..models import GroupMembership, User
@@ -60,14 +61,21 @@ async def due_notices(site: str, now: datetime,
     """Every (subject, resource) past a threshold it has not been told about this period."""
     noticed = {n.key for n in await QuotaNotice.find({"site": site}).to_list()}
     due = []
+    past: dict[int, set[tuple[str, str]]] = {t: set() for t in thresholds}  # the gauge's
     for status in await quota_status(site, now):
         for resource, usage in status.resources():
             if usage.quota is None or usage.percent is None:
                 continue
+            for t in thresholds:
+                if usage.percent >= t:
+                    past[t].add((status.kind, status.name))
             new = [t for t in sorted(thresholds) if usage.percent >= t and notice_key(
                 site, status.kind, status.name, resource, t, status.start) not in noticed]
             if new:
                 due.append(Due(status, resource, usage, new))
+    for t, subjects in past.items():  # subjects (users, accounts) past each threshold
+        metrics.set_gauge("cheeto_quota_subjects_over_threshold", len(subjects), site=site,
+                          threshold=str(t))
     return due
 
 
