@@ -45,6 +45,7 @@ from typing import Any
 
 from celery import Celery, Task
 
+from .. import metrics
 from ..config import (
     ClusterMonitorTask,
     Config,
@@ -205,28 +206,98 @@ def drop_if_done(task: Task, name: str, site: str) -> None:
 
 def run_task(task: Task, name: str, site: str | None, body: Body) -> dict[str, Any]:
     """The frame of every task: ``site`` is None for a singleton (not per-site) task,
-    whose lease and body get ``NO_SITE`` instead."""
+    whose lease and body get ``NO_SITE`` instead. Every run is counted by outcome and
+    timed (``record_task``), and logs inside it carry the task, its site and the Celery
+    task id (``logs.context``)."""
+    from celery.exceptions import Ignore
+
+    from .. import logs
+
     spec = TASKS[name]
     request = task.request
     site = site or NO_SITE
+    label_site = site if spec.per_site else ""
     queue = (request.delivery_info or {}).get("routing_key")
     started_at, started = utcnow(), time.monotonic()
+    record_queue_time(name, request)
+    result: str | None = "failed"  # None: a redelivered copy, dropped (not a run)
     try:
-        if spec.on_site_queue and queue and queue != spec.queue(site):
-            raise WrongQueue(f"{name} for {site} arrived on queue {queue!r}; it only runs "
-                             f"from {spec.queue(site)!r} (on the site's head node)")
-        if (request.delivery_info or {}).get("redelivered"):
-            drop_if_done(task, name, site)
-        config = current_config(task.app)
-        block = task_block(config, spec)
-        outcome = asyncio.run(_locked_run(config, spec, block, site, body, request.id))
+        with logs.context(task=name, site=label_site or None, run_id=request.id):
+            if spec.on_site_queue and queue and queue != spec.queue(site):
+                raise WrongQueue(f"{name} for {site} arrived on queue {queue!r}; it only "
+                                 f"runs from {spec.queue(site)!r} (on the site's head node)")
+            if (request.delivery_info or {}).get("redelivered"):
+                drop_if_done(task, name, site)
+            config = current_config(task.app)
+            block = task_block(config, spec)
+            outcome = asyncio.run(_locked_run(config, spec, block, site, body, request.id))
+        result = "skipped" if outcome.get("status") == "skipped" else "ok"
+    except Ignore:
+        result = None
+        raise
     except CheetoError as exc:  # Celery logs these "expected" failures at INFO only
         log.error("%s %s failed: %s: %s", name, site, type(exc).__name__, exc.message)
         raise
+    finally:
+        if result is not None:
+            record_task(name, label_site, result, time.monotonic() - started)
     return {"task": name, "site": site if spec.per_site else None, **outcome,
             "worker": request.hostname,
             "queue": queue, "started_at": started_at.isoformat(),
             "duration_s": round(time.monotonic() - started, 3)}
+
+
+# -- metrics ---------------------------------------------------------------------------
+
+SENT_AT_HEADER = "cheeto_sent_at"  # epoch seconds of the send, by the publisher's clock
+
+
+def stamp_sent_at(headers: dict[str, Any] | None = None, **_: Any) -> None:
+    """Celery's ``before_task_publish``: stamp the send time on the message's headers
+    (protocol 2: they reach the worker as ``task.request.cheeto_sent_at``). Celery's own
+    headers say nothing of when a message was sent (``eta`` is a wish, not a fact), and
+    RabbitMQ keeps no enqueue time a consumer can read without a plugin."""
+    if headers is not None and SENT_AT_HEADER not in headers:
+        headers[SENT_AT_HEADER] = time.time()
+
+
+def record_queue_time(name: str, request: Any) -> None:
+    """``cheeto_task_queue_seconds``: now minus the send stamp. The stamp is the
+    publisher's wall clock (beat or ``daemon enqueue`` on another host), so a clock
+    behind ours can make it negative: clamped to 0 (a skew, not a wait). A message
+    without the stamp (sent by a process from before it, or by another client) is not
+    observed. A redelivered message waited since its first send: that is its time."""
+    sent = getattr(request, SENT_AT_HEADER, None)
+    if not metrics.active() or not isinstance(sent, int | float):
+        return
+    metrics.observe("cheeto_task_queue_seconds", max(time.time() - float(sent), 0.0),
+                    task=name)
+
+
+def record_task(name: str, site: str, outcome: str, seconds: float) -> None:
+    """A run's count by outcome (``ok``, ``skipped``, ``failed``; site "" for a hub
+    task) and its duration. Never raises: a metric does not fail a task."""
+    if not metrics.active():
+        return
+    try:
+        metrics.inc("cheeto_task_runs_total", task=name, site=site, outcome=outcome)
+        metrics.observe("cheeto_task_duration_seconds", seconds, task=name)
+    except Exception:
+        log.exception("recording the metrics of task %s failed", name)
+
+
+INGEST_OUTCOMES = {"inserted": "inserted", "replaced": "updated", "unchanged": "unchanged"}
+
+
+def record_ingest(site: str, summary: dict[str, Any]) -> None:
+    """``cheeto_usage_ingest_rows_total`` from a usage collect's summary (its counts:
+    ``inserted``, ``replaced`` = updated, ``unchanged``)."""
+    if not metrics.active():
+        return
+    for key, outcome in INGEST_OUTCOMES.items():
+        rows = summary.get(key)
+        if isinstance(rows, int) and rows > 0:
+            metrics.inc("cheeto_usage_ingest_rows_total", rows, site=site, outcome=outcome)
 
 
 # -- the bodies ------------------------------------------------------------------------
@@ -269,6 +340,7 @@ async def _usage(store: Store, config: Config, block: UsageCollectTask, site: st
                            seed=config_seed(config.usage, site))
     summary = {key: (value.isoformat() if hasattr(value, "isoformat") else value)
                for key, value in report.as_dict().items()}
+    record_ingest(site, summary)
     if block.notify and config.mail is not None:
         from ..operations.quota_notify import send_quota_notices
 
@@ -485,8 +557,13 @@ FUNCTIONS = {"slurm_sync": slurm_sync, "usage_collect": usage_collect, "ldap_syn
 
 def register_tasks(app: Celery) -> dict[str, Task]:
     """Register every task on ``app`` under its stable name; returns them by short name."""
+    from celery.signals import before_task_publish
+
     from .jobs_audit import SLURM_STATE_TASK
 
+    # every process that builds the app may publish (beat, ``daemon enqueue``, the hub's
+    # audit): each stamps its sends; one receiver per process (dispatch_uid)
+    before_task_publish.connect(stamp_sent_at, weak=False, dispatch_uid="cheeto-sent-at")
     registered = {name: app.task(name=TASKS[name].celery_name, bind=True,
                                  throws=(CheetoError,))(function)
                   for name, function in FUNCTIONS.items()}
