@@ -117,6 +117,9 @@ def daemon_worker(args: argparse.Namespace) -> int:
     if args.site:
         _start_metrics(args, "site_worker", config.metrics.worker_port(args.site),
                        name=args.site)
+        from ..metrics import collectors_quota  # the submit check's files, if it has any
+
+        collectors_quota.install(config, [args.site])
     else:
         _start_metrics(args, "hub_worker", config.metrics.worker_port(None))
     enabled = ", ".join(enabled_tasks(config)) or "none"
@@ -192,6 +195,9 @@ def daemon_beat(args: argparse.Namespace) -> int:
     setup_process_logging(args.worker_loglevel, getattr(args, "log", None),
                           getattr(args, "log_format", None))
     _start_metrics(args, "beat", config.metrics.beat_port, multiprocess=False)
+    from ..metrics import collectors_broker  # the queues' depth, asked at each scrape
+
+    collectors_broker.install(app, config)
     for note in plan.notes:
         log.info("beat: %s", note)
     for name, entry in plan.entries.items():
