@@ -18,10 +18,10 @@ listing it, so a QOS still used by another cluster is never removed.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from itertools import compress, filterfalse
+from itertools import compress, filterfalse, groupby
 from operator import itemgetter, ne
 from typing import Any, Literal
 
@@ -161,12 +161,21 @@ def _grouped[T: Hashable](items: Iterable[tuple[T, str]],
                           build: Callable[[T, list[str]], Command],
                           order: Callable[[T], Any] = repr) -> list[Command]:
     """Merge entities that take the same command: {shape: [names]} -> commands."""
-    by_shape: dict[T, list[str]] = defaultdict(list)
+    by_shape: dict[T, list[str]] = {}
     for shape, name in items:
-        by_shape[shape].append(name)
+        names = by_shape.get(shape)
+        if names is None:
+            by_shape[shape] = [name]
+        else:
+            names.append(name)
     commands = []
     for shape in sorted(by_shape, key=order):
-        for chunk in _chunks(sorted(by_shape[shape])):
+        names = by_shape[shape]
+        if len(names) == 1:  # most QOS and accounts have a shape of their own
+            commands.append(build(shape, names))
+            continue
+        names.sort()
+        for chunk in _chunks(names):
             commands.append(build(shape, chunk))
     return commands
 
@@ -181,11 +190,15 @@ def _limit(value: int | None) -> str:
 def _qos_tres_args(want: QOSState, have: QOSState | None) -> list[str]:
     """TRES settings: desired keys, plus ``key=-1`` for keys only the actual side has
     (sacctmgr merges TRES, so a stale key must be cleared explicitly)."""
+    if have is None:  # a new QOS (1,500 at a site): nothing to clear, nothing to compare
+        return [f"{flag}={render_tres(tuple(sorted(wanted)))}"
+                for flag, wanted in (("GrpTRES", want.group), ("MaxTRESPerUser", want.user),
+                                     ("MaxTRESPerJob", want.job)) if wanted]
     args = []
-    for flag, wanted, current in (("GrpTRES", want.group, have.group if have else ()),
-                                  ("MaxTRESPerUser", want.user, have.user if have else ()),
-                                  ("MaxTRESPerJob", want.job, have.job if have else ())):
-        if have is not None and wanted == current:
+    for flag, wanted, current in (("GrpTRES", want.group, have.group),
+                                  ("MaxTRESPerUser", want.user, have.user),
+                                  ("MaxTRESPerJob", want.job, have.job)):
+        if wanted == current:
             continue
         stale = tuple((k, -1) for k, _ in current if k not in dict(wanted))
         value: TRES = tuple(sorted(wanted + stale))
@@ -302,12 +315,13 @@ def _diff(desired: SlurmState, actual: SlurmState) -> _Diff:
     want, have = desired.associations, actual.associations
     if want == have:  # a converged site: one comparison in C (states are tuples)
         return _Diff([], [], [])
-    # the rows whose state differs (None for a missing row), found by C iterators: only
-    # those take a Python step
-    differ = compress(want, map(ne, map(have.get, want), want.values()))
-    missing, changed = [], []
-    for key in differ:
-        (changed if key in have else missing).append(key)
+    if not have:  # an empty cluster: everything is missing
+        return _Diff(list(want), [], [])
+    # the rows whose state differs (None for a missing row), split into missing and
+    # changed ones, all by C iterators: no Python step per row
+    differ = list(compress(want, map(ne, map(have.get, want), want.values())))
+    missing = list(filterfalse(have.__contains__, differ))
+    changed = list(filter(have.__contains__, differ)) if len(missing) < len(differ) else []
     # every wanted row found means the cluster has nothing else unless it is larger
     found = len(want) - len(missing)
     stale = list(filterfalse(want.__contains__, have)) if len(have) > found else []
@@ -320,44 +334,127 @@ class _Adds:
     first_account: dict[str, str]  # new user -> account of the first add that names them
 
 
+_USER, _ACCOUNT, _PARTITION = itemgetter(0), itemgetter(1), itemgetter(2)
+
+
+def _add_settings(state: AssocState) -> tuple[str, ...]:
+    """The settings of an ``add user`` for a row in ``state`` (with a quota block)."""
+    settings = _assoc_settings(state)
+    if state.grp_tres_mins:  # a quota block on a new row
+        settings += tres_mins_args(state.grp_tres_mins, ())
+    return settings
+
+
+def _rows_by_account(desired: SlurmState, missing: list[AssocKey],
+                     ) -> dict[tuple[str, tuple[str, ...]], dict[str, list[str]]]:
+    """(account, settings) -> partition -> users, for the missing rows.
+
+    Why runs and not a loop over rows: the desired builder makes its rows account by
+    account and partition by partition, with one state object per (account, partition)
+    unless a quota block sets some users apart. So the missing rows come in long runs,
+    which ``groupby`` finds in C (its keys are the rows' own strings: nothing is
+    allocated per row), and Python steps once per run (a few thousand at 60k rows).
+    Any order is still right, only slower."""
+    rows = desired.associations
+    settings_of: dict[AssocState, tuple[str, ...]] = {}
+    found: dict[tuple[str, tuple[str, ...]], dict[str, list[str]]] = {}
+
+    def add(account: str, partition: str, state: AssocState, users: list[str]) -> None:
+        settings = settings_of.get(state)
+        if settings is None:
+            settings = settings_of[state] = _add_settings(state)
+        by_partition = found.get((account, settings))
+        if by_partition is None:
+            by_partition = found[(account, settings)] = {}
+        have = by_partition.get(partition)
+        if have is None:
+            by_partition[partition] = users
+        else:
+            have.extend(users)
+
+    for account, in_account in groupby(missing, key=_ACCOUNT):
+        for partition, run in groupby(in_account, key=_PARTITION):
+            keys = list(run)
+            states = list(map(rows.__getitem__, keys))
+            state = states[0]
+            if states.count(state) == len(states):  # one state for the whole run
+                add(account, partition, state, list(map(_USER, keys)))
+                continue
+            by_state: dict[AssocState, list[str]] = {}
+            for key, each in zip(keys, states, strict=True):
+                by_state.setdefault(each, []).append(key.user)
+            for each, users in by_state.items():
+                add(account, partition, each, users)
+    return found
+
+
+type _AddShape = tuple[str, tuple[str, ...], tuple[str, ...]]  # account, partitions, settings
+
+
+def _add_shapes(desired: SlurmState, missing: list[AssocKey]) -> dict[_AddShape, list[str]]:
+    """shape -> users: every user takes one ``add user`` per (account, settings) with
+    the sorted list of their named partitions, and one more for a partition-less row
+    (which never shares a list). Most users of an account need all of its partitions,
+    which one list comparison per (account, settings) finds (the builder lists an
+    account's roster in the same order for each partition); ``_partial_rosters`` sorts
+    out the rest."""
+    shapes: dict[_AddShape, list[str]] = {}
+    for (account, settings), by_partition in _rows_by_account(desired, missing).items():
+        named = sorted(p for p in by_partition if p)
+        if named:
+            lists = [by_partition[p] for p in named]
+            if lists.count(lists[0]) == len(lists):  # the same roster in every partition
+                shapes.setdefault((account, tuple(named), settings), []).extend(lists[0])
+            else:
+                _partial_rosters(shapes, account, named, settings, lists)
+        if "" in by_partition:
+            shapes.setdefault((account, ("",), settings), []).extend(by_partition[""])
+    return shapes
+
+
+def _partial_rosters(shapes: dict[_AddShape, list[str]], account: str, named: list[str],
+                     settings: tuple[str, ...], lists: list[list[str]]) -> None:
+    """The users of one (account, settings) whose partitions differ: those in every
+    partition in one set intersection, only the others one at a time."""
+    members = [set(users) for users in lists]
+    everywhere = set.intersection(*members)
+    if everywhere:
+        shapes.setdefault((account, tuple(named), settings), []).extend(everywhere)
+    for user in set.union(*members) - everywhere:  # users with fewer partitions
+        mine = tuple(p for p, users in zip(named, members, strict=True) if user in users)
+        shapes.setdefault((account, mine, settings), []).append(user)
+
+
 def _plan_adds(desired: SlurmState, actual: SlurmState, missing: list[AssocKey]) -> _Adds:
     """One ``add user`` per (account, partitions, QOS settings) with every user that needs
     exactly that: sacctmgr adds the cross product of users and partitions. Commands on the
     site's default account go first, because a user's first association on a cluster
-    becomes their default there, which saves a default-account change."""
-    cluster = desired.cluster
-    wanted: dict[str, dict[tuple[str, tuple[str, ...]], set[str]]] = defaultdict(
-        lambda: defaultdict(set))
+    becomes their default there, which saves a default-account change. Other shapes
+    follow in the order of their ``repr`` (computed once per shape, not per user)."""
     if not missing:
         return _Adds([], {})
-    for key in missing:
-        want = desired.associations[key]
-        settings = _assoc_settings(want)
-        if want.grp_tres_mins:  # a quota block on a new row
-            settings += tres_mins_args(want.grp_tres_mins, ())
-        wanted[key.user][(key.account, settings)].add(key.partition)
-    items = []
-    for user, shapes in wanted.items():
-        for (account, settings), partitions in shapes.items():
-            named = tuple(sorted(p for p in partitions if p))
-            if named:
-                items.append(((account, named, settings), user))
-            if "" in partitions:  # a partition-less association never shares a list
-                items.append(((account, ("",), settings), user))
+    cluster = desired.cluster
+    shapes = _add_shapes(desired, missing)
     preferred = set(desired.default_accounts.values())
-
-    def order(shape: tuple[str, tuple[str, ...], tuple[str, ...]]) -> tuple[bool, str]:
-        return (shape[0] not in preferred, repr(shape))
-
-    commands = _grouped(items, lambda shape, names: Command(
-        ("add", "user", ",".join(names), f"account={shape[0]}",
-         f"partition={','.join(shape[1])}", f"cluster={cluster}", *shape[2]),
-        tuple(str(AssocKey(n, shape[0], p)) for n in names for p in shape[1])), order)
-    existing = actual.users()
+    ordered = sorted(shapes, key=lambda shape: (shape[0] not in preferred, repr(shape)))
+    commands = []
+    for shape in ordered:
+        account, partitions, settings = shape
+        head = (f"account={account}", f"partition={','.join(partitions)}",
+                f"cluster={cluster}", *settings)
+        suffixes = [f"@{account}/{partition}" for partition in partitions]
+        for chunk in _chunks(sorted(shapes[shape])):
+            commands.append(Command(
+                ("add", "user", ",".join(chunk), *head),
+                tuple([name + suffix for name in chunk for suffix in suffixes])))
+    # a new user's first add names the account they get as default: walking the shapes
+    # from last to first, the earliest shape naming a user is the one that stays
     first: dict[str, str] = {}
-    for shape, user in sorted(items, key=lambda item: order(item[0])):
-        if user not in existing:
-            first.setdefault(user, shape[0])
+    for shape in reversed(ordered):
+        first.update(dict.fromkeys(shapes[shape], shape[0]))
+    existing = actual.users()
+    for user in existing.intersection(first) if existing else ():
+        del first[user]
     return _Adds(commands, first)
 
 
@@ -439,10 +536,16 @@ def wanted_default_accounts(desired: SlurmState, actual: SlurmState) -> dict[str
     wanted = dict(filter(pairs.__contains__, actual.default_accounts.items()))  # current
     wanted.update(filter(pairs.__contains__, desired.default_accounts.items()))  # site's
     if not all(map(wanted.__contains__, map(itemgetter(0), pairs))):
-        rest = desired.users() - wanted.keys()  # the first of their accounts, in one pass
+        users = desired.users()
+        rest = users - wanted.keys()  # the first of their accounts, in one pass
+        theirs = (pairs if len(rest) == len(users)  # everyone (a new cluster): no filter
+                  else compress(pairs, map(rest.__contains__, map(itemgetter(0), pairs))))
+        if len(pairs) == len(users):  # one account each: that one, in C
+            wanted.update(theirs)
+            return wanted
         first: dict[str, str] = {}
-        for user, account in pairs:
-            if user in rest and (user not in first or account < first[user]):
+        for user, account in theirs:
+            if user not in first or account < first[user]:
                 first[user] = account
         wanted.update(first)
     return wanted
@@ -458,8 +561,12 @@ def _plan_defaults(desired: SlurmState, actual: SlurmState, first_account: dict[
     if wanted == current:  # one comparison in C
         return []
     differ = filterfalse(current.items().__contains__, wanted.items())  # in C as well
-    changes = [(account, user) for user, account in differ
-               if (current.get(user) or first_account.get(user)) != account]
+    if not current:  # a new cluster: only users whose first add names another account
+        changes = [(account, user) for user, account in
+                   filterfalse(first_account.items().__contains__, differ)]
+    else:
+        changes = [(account, user) for user, account in differ
+                   if (current.get(user) or first_account.get(user)) != account]
     return _grouped(changes, lambda account, names: Command(
         ("modify", "user", "where", f"name={','.join(names)}", f"cluster={cluster}", "set",
          f"defaultaccount={account}"), tuple(f"default {n}={account}" for n in names)))

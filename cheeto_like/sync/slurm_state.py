@@ -27,7 +27,7 @@ def tres(values: Mapping[str, int]) -> TRES:
 
 def render_tres(value: TRES) -> str:
     """``cpu=8,mem=16384,gres/gpu=2``; sacctmgr takes memory in megabytes."""
-    return ",".join(f"{k}={v}" for k, v in value)
+    return ",".join([f"{k}={v}" for k, v in value])
 
 
 def owner_tag(cluster: str) -> str:

@@ -49,15 +49,16 @@ def _assoc_state(rng: random.Random, qos_names: list[str]) -> AssocState:
     return AssocState(qos, default)
 
 
-def _pair(seed: int, users: int) -> tuple[SlurmState, SlurmState]:
-    """A desired and an actual state of ``users`` users, generated from ``seed``."""
+def _pair(seed: int, users: int, most: int = 3) -> tuple[SlurmState, SlurmState]:
+    """A desired and an actual state of ``users`` users in at most ``most`` accounts
+    each, generated from ``seed``."""
     rng = random.Random(seed)
     qos_names = [f"q{i}" for i in range(8)]
     accounts = ["site", "lab-a", "lab-b", "labc", "zeta", "a"]
     names = [f"u{i:04d}" for i in range(users)]
     desired_rows: dict[AssocKey, AssocState] = {}
     for user in names:
-        for account in rng.sample(accounts, rng.choice((1, 1, 2, 3))):
+        for account in rng.sample(accounts, min(most, rng.choice((1, 1, 2, 3)))):
             state = _assoc_state(rng, qos_names[:3]) if rng.random() < 0.3 else AssocState(
                 frozenset({"q0"}), "q0")
             for partition in rng.sample(PARTITIONS, rng.choice((1, 2, 3, 3, 3))):
@@ -125,11 +126,12 @@ def _pair(seed: int, users: int) -> tuple[SlurmState, SlurmState]:
     return desired, actual
 
 
-CASES = {"mixed-300": (31, 300), "mixed-40": (7, 40), "mixed-400": (1031, 400)}
+CASES = {"mixed-300": (31, 300, 3), "mixed-40": (7, 40, 3), "mixed-400": (1031, 400, 3),
+         "one-account-each-200": (5, 200, 1)}
 
 
-def _rendered(seed: int, users: int) -> dict[str, Any]:
-    desired, actual = _pair(seed, users)
+def _rendered(seed: int, users: int, most: int) -> dict[str, Any]:
+    desired, actual = _pair(seed, users, most)
     found = plan(desired, actual)
     empty = plan(desired, SlurmState(cluster=C))
     return {"plan": found.as_dict(), "qos_removed": [list(r) for r in found.qos_removed],
@@ -140,8 +142,8 @@ def _rendered(seed: int, users: int) -> dict[str, Any]:
 def test_the_plan_of_each_generated_shape_is_exactly_the_recorded_one() -> None:
     recorded = json.loads(GOLDEN.read_text())
     assert sorted(recorded) == sorted(CASES)
-    for name, (seed, users) in CASES.items():
-        got = json.loads(json.dumps(_rendered(seed, users)))
+    for name, case in CASES.items():
+        got = json.loads(json.dumps(_rendered(*case)))
         want = recorded[name]
         assert got["plan"]["counts"] == want["plan"]["counts"], name
         for kind in ("plan", "from_empty"):
@@ -167,6 +169,5 @@ def test_the_generated_shapes_exercise_every_batch_and_chunking() -> None:
 
 if __name__ == "__main__" and "--write" in sys.argv:
     GOLDEN.parent.mkdir(exist_ok=True)
-    GOLDEN.write_text(json.dumps({name: _rendered(seed, users)
-                                  for name, (seed, users) in CASES.items()},
+    GOLDEN.write_text(json.dumps({name: _rendered(*case) for name, case in CASES.items()},
                                  indent=0, sort_keys=True) + "\n")
