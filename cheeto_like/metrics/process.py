@@ -316,12 +316,14 @@ def start_for(config: Any, role_name: str, port: int | None, *, name: str = "",
     if multiprocess:
         where = default_directory(settings.directory, "-".join(
             part for part in (role_name, name, str(port)) if part))
-    try:
-        activate(role_name, where)
-    except PermissionError as exc:
-        raise Conflict(f"metrics directory: {exc}") from None
-    try:
-        return serve(settings.listen_address, port, role_name, token=settings.bearer())
+    try:  # the port first: a taken one turns nothing on
+        server = serve(settings.listen_address, port, role_name, token=settings.bearer())
     except OSError as exc:
         raise Conflict(f"cannot serve metrics on {settings.listen_address}:{port}: "
                        f"{exc.strerror or exc}") from None
+    try:
+        activate(role_name, where)
+    except PermissionError as exc:
+        server.stop()
+        raise Conflict(f"metrics directory: {exc}") from None
+    return server

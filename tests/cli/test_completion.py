@@ -80,6 +80,7 @@ async def test_bash_completes_command_words_and_options(bash_script, cli_config,
     assert run(["cheeto", "ng", "user", "show", "--u"]) == ["--uid", "--user"]
     assert run(["cheeto", "ng", "user", "list", "--status", "o"]) == ["offboarding"]
     assert run(["cheeto", "ng", "--log-level", "W"]) == ["WARNING"]
+    assert run(["cheeto", "ng", "--log-format", ""]) == ["text", "json"]
     assert run(["cheeto", "completion", ""]) == ["bash", "zsh"]  # a positional's choices
     # the options were cached: a second call reads them without importing the module
     assert (tmp_path / "cache" / "cheeto" / "completion-options.json").exists()

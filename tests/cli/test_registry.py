@@ -143,6 +143,15 @@ def test_every_option_of_every_command_has_help():
     assert missing == [], "options without help:\n" + "\n".join(missing)
 
 
+def test_every_command_takes_the_log_format():
+    """``--log-format text|json`` is a common option (cli/app.py), on every node."""
+    load_commands()
+    app._apply_common_args()
+    for _, parser, _ in app.commands.walk_subtree(None):
+        found = [action for action in parser._actions if "--log-format" in action.option_strings]
+        assert found and list(found[0].choices) == ["text", "json"], parser.prog
+
+
 def test_status_options_list_their_choices():
     load_commands()
     app._apply_common_args()
