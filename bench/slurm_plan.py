@@ -12,14 +12,36 @@ Prints one JSON object on stdout; progress on stderr.
     .venv/bin/python bench/slurm_plan.py [--users 20000] [--groups 1000] [--qos 500]
                                          [--new-groups N] [--new-users 1000]
                                          [--store-only] [--rounds 3]
+    .venv/bin/python bench/slurm_plan.py --reference live [--qos 1500] [--rounds 5]
 
-Needs the Slurm packages (scripts/install-system-deps.sh), except with ``--store-only``:
-then slurmdbd's side is the converged state the plan itself implies (what a sacctmgr read
-returns after a successful apply), and only the store read, the pure plan and the peak
-memory of the sync's process are measured, ``--rounds`` times each, every one in a fresh
-process. ``--baseline TREE`` measures another checkout the same way against the same
-store, alternating with this one. The pure-plan figures are printed beside the
-reference's (cheeto's ``reconcile()`` on the same shape, issue 18).
+Needs the Slurm packages (scripts/install-system-deps.sh), except with ``--store-only``
+and ``--reference live``. With ``--store-only``, slurmdbd's side is the converged state
+the plan itself implies (what a sacctmgr read returns after a successful apply), and only
+the store read, the pure plan and the peak memory of the sync's process are measured,
+``--rounds`` times each, every one in a fresh process. ``--baseline TREE`` measures
+another checkout the same way against the same store, alternating with this one.
+
+``--reference live`` (issue 31) installs the reference, cheeto 2.6.1 from PyPI, into a
+directory under the system's temporary directory (kept for the next run; never into
+.venv: bench/slurm_reference.py) and times its own ``reconcile()`` against our ``plan()``
+on the same shape, in this process, alternating the two sides, ``--rounds`` rounds (at
+least 5), min and median of each, the load average before and after. What is timed is
+the same stage on both sides: from the desired and the actual state, parsed and in
+memory, to the plan (our ``plan(desired, actual)``: the ordered batches of rendered
+``sacctmgr`` commands; the reference's ``reconcile(desired, current)``: its ordered
+``CommandBatch`` lists of ``CommandSpec``). Not timed: the store reads that build the
+desired state, reading the cluster, applying. Both sides get the desired state our
+builder makes from the seeded store (converted for the reference, with every user's
+default account), and two actual states: an empty cluster (the plan from empty) and the
+converged one as a reader hands it over (nothing to do; new string objects, as parsed
+text is). Then the same with quota blocks in force: a ledger ingested through
+``operations.usage.ingest`` (so running totals kept at charge time are kept) that puts
+every tenth user and the accounts they fill out of CPU minutes, our desired state built
+again with its blocks (``GrpTRESMins``) against the same reference figures (the
+reference has no quota blocks: its input is the same shape without them). The time of
+``slurm_quota.quota_blocks`` on that ledger is printed beside, outside the ratios.
+``vs_reference_*`` is our median wall time over the reference's; ``ratios`` has the
+min-over-min and CPU-time ratios too. No figure from elsewhere enters any of them.
 """
 
 from __future__ import annotations
@@ -31,11 +53,13 @@ import os
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.environ.get("CHEETO_BENCH_TREE")
                 or str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common, slurm_reference
 
 from _common import bulk_insert, free_port, progress, throwaway_server
 
@@ -64,10 +88,6 @@ from tests.services.slurm import SlurmAccounting
 
 SITE = "benchfarm"
 PARTITIONS = ("cpu", "gpu", "bigmem")
-# cheeto's own reconcile() on the same shape, measured side by side in issue 18
-REFERENCE_PLAN_S = {"first": 0.29, "nothing_to_do": 0.04}
-# this project's plan before issue 18 (2ece8a4), same shape, same run as the reference's
-ISSUE_BASELINE_S = {"first": 1.4, "nothing_to_do": 0.41}
 
 
 async def build_site(groups: int, qos: int) -> None:
@@ -318,25 +338,148 @@ async def run_store_only(store_config: MongoConfig, server_pid: int, users: int,
                                      + median["desired_store_cpu_s"], 3)
         got["all_runs"] = [{k: round(v, 3) for k, v in run.items()} for run in runs]
         result[name] = got
-    now = result["current"]["median"]
-    # The reference's figures are wall times on a quiet machine. On a loaded one our
-    # wall time is mostly waiting for a core, so CPU seconds are compared as well.
-    result["vs_reference"] = {
-        f"{label}_{kind}": round(now[f"{label}_{kind}_s"] / REFERENCE_PLAN_S[ref], 2)
-        for label, ref in (("plan_first", "first"), ("plan_nothing_to_do", "nothing_to_do"))
-        for kind in ("wall", "cpu")}
     if baseline:
-        base = result["baseline"]["median"]
+        now, base = result["current"]["median"], result["baseline"]["median"]
         result["speedup_vs_baseline"] = {
             key: round(base[key] / now[key], 1) if now[key] else None for key in TIMES}
-        # the same ratio on the issue's quiet machine: the baseline's figures there
-        # (ISSUE_BASELINE_S) scaled by this run's speed-up, against the reference
-        result["vs_reference_scaled_by_baseline"] = {
-            label: round(ISSUE_BASELINE_S[ref] * now[f"{label}_cpu_s"] / base[f"{label}_cpu_s"]
-                         / REFERENCE_PLAN_S[ref], 2)
-            for label, ref in (("plan_first", "first"),
-                               ("plan_nothing_to_do", "nothing_to_do"))}
     return result
+
+
+QUOTA_EVERY = 10  # every tenth user runs out of CPU minutes (--reference live)
+USER_CPU_MINUTES, ACCOUNT_CPU_MINUTES = 1_000, 30_000  # the site's default quotas there
+
+
+def _ledger_lines(users: int, groups: int) -> str:
+    """``sacct -X -P -n`` lines (the format adapters/sacct.py reads): one 32-CPU hour
+    (1,920 CPU minutes) for every ``QUOTA_EVERY``-th user, in their own account."""
+    start = datetime(2026, 11, 2, tzinfo=UTC)
+    end = start + timedelta(hours=1)
+    return "".join(
+        f"{9_000_000 + k}|{SITE}|b{k:05d}|lab{k % groups:04d}|cpu|normal|COMPLETED|"
+        f"{start:%Y-%m-%dT%H:%M:%S}|{end:%Y-%m-%dT%H:%M:%S}|3600|"
+        f"billing=32,cpu=32,mem=32000M,node=1\n" for k in range(0, users, QUOTA_EVERY))
+
+
+async def quota_ledger(store: Store, users: int, groups: int) -> dict[str, Any]:
+    """Default quotas at the site and a ledger that puts some users and accounts out of
+    CPU minutes, written the way ``ng usage collect`` writes it."""
+    from cheeto_like.adapters.sacct import parse_output
+    from cheeto_like.models import QuotaDefaults
+    from cheeto_like.models.usage import FactorTable
+    from cheeto_like.operations.usage import ingest
+    from cheeto_like.sync.slurm_quota import quota_blocks
+
+    await QuotaDefaults(site=SITE, period="none", user_cpu_minutes=USER_CPU_MINUTES,
+                        account_cpu_minutes=ACCOUNT_CPU_MINUTES).insert()
+    jobs = parse_output(_ledger_lines(users, groups)).jobs
+    counts = await ingest(store, SITE, jobs, FactorTable.build(
+        [("default", datetime(2020, 1, 1, tzinfo=UTC), 1.0)]))
+    names = {f"b{k:05d}" for k in range(users)}
+    started = time.perf_counter()
+    blocks = await quota_blocks(SITE, datetime.now(UTC), users=names,
+                                accounts=[f"lab{g:04d}" for g in range(groups)])
+    return {"ledger_rows": counts.inserted, "users_blocked": len(blocks.users),
+            "accounts_blocked": len(blocks.accounts),
+            "quota_blocks_s": round(time.perf_counter() - started, 3)}
+
+
+def _timed(call: Any, *args: Any) -> tuple[float, float, Any]:
+    """Wall and CPU seconds of ``call(*args)``, after a collection (so neither side pays
+    for the other's garbage)."""
+    import gc
+
+    gc.collect()
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = call(*args)
+    return time.perf_counter() - wall, time.process_time() - cpu, out
+
+
+def _stats(runs: list[tuple[float, float]]) -> dict[str, float]:
+    import statistics
+
+    walls, cpus = [r[0] for r in runs], [r[1] for r in runs]
+    return {"min_s": round(min(walls), 4), "median_s": round(statistics.median(walls), 4),
+            "cpu_min_s": round(min(cpus), 4),
+            "cpu_median_s": round(statistics.median(cpus), 4)}
+
+
+def _ratio(ours: dict[str, float], ref: dict[str, float], key: str) -> float:
+    return round(ours[key] / ref[key], 2)
+
+
+def compare_live(ref: Any, desired: SlurmState, blocked: SlurmState,
+                 rounds: int) -> dict[str, Any]:
+    """Time the reference's ``reconcile()`` and our ``plan()`` on the same states,
+    alternating sides (who goes first changes every round)."""
+    from dataclasses import replace
+
+    from slurm_reference import as_read, reference_commands, to_reference
+
+    empty = SlurmState(cluster=desired.cluster)
+    read = {"plain": as_read(converged(desired)), "quota": as_read(converged(blocked))}
+    ref_desired = to_reference(ref, desired, read=False)
+    ref_actual = {"empty": ref.SlurmSyncState(),
+                  "noop": to_reference(ref, read["plain"], read=True)}
+    ours_in = {"plain": desired, "quota": blocked}
+    cases = [(f"{side}_{case}", side, case) for case in ("empty", "noop")
+             for side in ("reference", "plain", "quota")]
+    found: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in cases}
+    planned: dict[str, int] = {}
+    for round_ in range(rounds):
+        progress(f"  round {round_ + 1} of {rounds}")
+        for name, side, case in (cases if round_ % 2 == 0 else cases[::-1]):
+            if side == "reference":
+                wall, cpu, out = _timed(ref.reconcile, ref_desired, ref_actual[case])
+                planned[name] = reference_commands(ref, out)
+            else:
+                mine, actual = replace(ours_in[side]), replace(
+                    empty if case == "empty" else read[side])  # nothing cached carries over
+                wall, cpu, out = _timed(plan, mine, actual)
+                planned[name] = out.processes
+            found[name].append((wall, cpu))
+    if planned["reference_noop"] or planned["plain_noop"] or planned["quota_noop"]:
+        raise SystemExit(f"a converged cluster must plan nothing: {planned}")
+    stats = {name: _stats(runs) for name, runs in found.items()}
+    ratios = {f"{side}_{case}": {key: _ratio(stats[f"{side}_{case}"],
+                                             stats[f"reference_{case}"], key)
+                                 for key in ("median_s", "min_s", "cpu_median_s")}
+              for side in ("plain", "quota") for case in ("empty", "noop")}
+    return {"stats": stats, "sacctmgr_processes": planned, "ratios": ratios,
+            "vs_reference_empty": ratios["plain_empty"]["median_s"],
+            "vs_reference_noop": ratios["plain_noop"]["median_s"],
+            "vs_reference_empty_quota_blocks": ratios["quota_empty"]["median_s"],
+            "vs_reference_noop_quota_blocks": ratios["quota_noop"]["median_s"]}
+
+
+async def run_live(users: int, groups: int, qos: int, rounds: int) -> dict[str, Any]:
+    """``--reference live``: seed, build both desired states, then ``compare_live``."""
+    from slurm_reference import REFERENCE, load_reference, reference_dir
+
+    ref = load_reference(progress)
+    with tempfile.TemporaryDirectory(prefix="cheeto-slurm-bench-") as tmp:
+        embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
+        server = throwaway_server(embedded)
+        server.start_background()
+        try:
+            store = await connect(MongoConfig(embedded=embedded, database="bench_slurm"),
+                                  autostart=False)
+            progress(f"seeding {users} users in {groups} groups, {qos} QOS")
+            await build_site(groups, qos)
+            await add_users(0, users, groups)
+            desired = await desired_state(SITE)
+            progress("ledger and quota blocks")
+            quota = await quota_ledger(store, users, groups)
+            blocked = await desired_state(SITE)
+            await store.close()
+        finally:
+            server.stop()
+    load_before = os.getloadavg()
+    result = compare_live(ref, desired, blocked, rounds)
+    return {"reference": REFERENCE, "reference_dir": str(reference_dir()),
+            "users": users, "associations": len(desired.associations),
+            "qos": len(desired.qos), "accounts": len(desired.accounts), "rounds": rounds,
+            "quota": quota, "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in os.getloadavg()], **result}
 
 
 async def main() -> None:
@@ -350,13 +493,26 @@ async def main() -> None:
                         help="users added after the first convergence (default 1,000)")
     parser.add_argument("--store-only", action="store_true",
                         help="no slurmdbd: desired state, pure plan and peak memory only")
-    parser.add_argument("--rounds", type=int, default=3, help="repeats (--store-only)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="repeats (--store-only: 3; --reference live: 5, at least 5)")
+    parser.add_argument("--reference", choices=["live"], default=None,
+                        help="time the reference's reconcile() (cheeto 2.6.1 from PyPI, "
+                             "installed into a temporary directory) against our plan")
     parser.add_argument("--baseline", metavar="TREE", default=None,
                         help="with --store-only: another checkout measured side by side "
                              "(e.g. `git archive 2ece8a4 cheeto_like tests | tar -x -C T`)")
     opts = parser.parse_args()
     if not 0 < opts.new_users < opts.users:
         parser.error("--new-users must be between 1 and --users - 1")
+    if opts.reference == "live":
+        if opts.store_only or opts.baseline:
+            parser.error("--reference live takes neither --store-only nor --baseline")
+        if opts.rounds is not None and opts.rounds < 5:
+            parser.error("--reference live needs --rounds 5 or more")
+        result = await run_live(opts.users, opts.groups, opts.qos, opts.rounds or 5)
+        print(json.dumps({"store": "embedded nx-27017", **result}, indent=2))
+        return
+    opts.rounds = opts.rounds or 3
     if opts.store_only:
         with tempfile.TemporaryDirectory(prefix="cheeto-slurm-bench-") as tmp:
             embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
@@ -371,8 +527,7 @@ async def main() -> None:
                 await store.close()
             finally:
                 server.stop()
-        print(json.dumps({"store": "embedded nx-27017", "reference_plan_s": REFERENCE_PLAN_S,
-                          "issue_baseline_s": ISSUE_BASELINE_S, **result}, indent=2))
+        print(json.dumps({"store": "embedded nx-27017", **result}, indent=2))
         return
     with tempfile.TemporaryDirectory(prefix="cheeto-slurm-bench-") as tmp:
         embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
