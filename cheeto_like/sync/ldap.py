@@ -88,7 +88,7 @@ from .ldap_plan import (
 from .ldap_state import GROUP_ATTRS, USER_ATTRS, Layout, RecordKey
 from .lease import Held, LeaseLost, holder_name, maybe_lease
 from .report import ItemOutcomes
-from .run_metrics import record_end
+from .run_metrics import logged_run, record_end
 from .runs import RunJournal, check_budget, close_stale_runs
 
 TARGET = "ldap"
@@ -396,10 +396,11 @@ async def run(store: Store, config: LDAPConfig, site_name: str, *, scope: Scope,
         async with maybe_lease(store, TARGET, site.name, not dry_run, ttl=ttl) as held:
             if held is not None:
                 await close_stale_runs(store, target=TARGET, site=site.name)
-            return await _run(store, config, site.name, scope=scope, held=held,
-                              max_deletions=max_deletions, concurrency=concurrency,
-                              author=author, command=command, directory=directory,
-                              allow_deletions=allow_deletions)
+            with logged_run(site.name) as run_id:
+                return await _run(store, config, site.name, scope=scope, held=held,
+                                  max_deletions=max_deletions, concurrency=concurrency,
+                                  author=author, command=command, directory=directory,
+                                  allow_deletions=allow_deletions, run_id=run_id)
     except Busy as exc:
         await _record_busy(store, site.name, author, command, exc)
         raise
@@ -418,10 +419,11 @@ async def _record_busy(store: Store, site: str, author: str | None, command: str
 async def _run(store: Store, config: LDAPConfig, site: str, *, scope: Scope,
                held: Held | None, max_deletions: int | None, concurrency: int,
                author: str | None, command: str, directory: Directory | None,
-               allow_deletions: int | None) -> Report:
+               allow_deletions: int | None, run_id: str) -> Report:
     dry_run = held is None
     started = time.monotonic()
-    sync_run = SyncRun(target=TARGET, site=site, author=author, apply=not dry_run,
+    sync_run = SyncRun(id=run_id, target=TARGET, site=site,
+                       author=author, apply=not dry_run,
                        holder=held.holder if held else holder_name(),
                        lease=held.key if held else None,
                        extra={"command": command, "full": scope.full, "force": scope.force,

@@ -30,7 +30,7 @@ from ..queries.puppet_legacy import site_to_puppet_legacy
 from ..queries.site import get_site
 from ..store import Store
 from .lease import holder_name, lease
-from .run_metrics import record_end
+from .run_metrics import logged_run, record_end
 from .runs import RunJournal, close_stale_runs
 
 TARGET = "puppet"
@@ -104,24 +104,31 @@ async def sync_puppet(store: Store, site_name: str, repo_path: str | Path, *,
     site = await get_site(site_name)
     repo = GitRepo(repo_path, timeout=git_timeout)
     await repo.ensure_clone()
+    with logged_run(site.name) as run_id:
+        return await _sync(store, site.name, repo, repo_path, push=push, base=base,
+                           dry_run=dry_run, author=author, run_id=run_id)
+
+
+async def _sync(store: Store, site: str, repo: GitRepo, repo_path: str | Path, *, push: bool,
+                base: str, dry_run: bool, author: str | None, run_id: str) -> PuppetReport:
     started = time.monotonic()
-    run = SyncRun(target=TARGET, site=site.name, author=author, apply=not dry_run,
+    run = SyncRun(id=run_id, target=TARGET, site=site, author=author, apply=not dry_run,
                   holder=holder_name(),  # a run whose process died is closed as crashed
                   extra={"repo": str(repo_path), "push": push, "base": base})
     async with store.exclusive():
         await run.insert()
-    report = PuppetReport(site.name, dry_run, run_id=run.id)
+    report = PuppetReport(site, dry_run, run_id=run.id)
     written: dict[str, str] = {}  # (the metrics: a changed path not written was deleted)
     try:
-        files = await desired_files(site.name, Path(repo_path))
+        files = await desired_files(site, Path(repo_path))
         written = files.writes
         report.changed = changed_files(files, Path(repo_path))
         if not dry_run:
-            async with lease(store, TARGET, site.name):
-                await close_stale_runs(store, target=TARGET, site=site.name)
+            async with lease(store, TARGET, site):
+                await close_stale_runs(store, target=TARGET, site=site)
                 result = await repo.commit_files(
                     _write(files), owned=[*files.writes, *files.deletes],
-                    message=f"Update merged yaml for {site.name}", base=base, push=push)
+                    message=f"Update merged yaml for {site}", base=base, push=push)
             report.committed, report.commit, report.pushed = (
                 result.changed, result.commit, result.pushed)
             report.changed = list(result.files)

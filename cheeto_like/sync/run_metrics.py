@@ -1,5 +1,6 @@
 """What a sync run's end tells Prometheus (issue 30): one call where each target's run
-ends (``record_end``), and the Slurm sync's quota blocks (``record_quota_blocks``).
+ends (``record_end``), and the Slurm sync's quota blocks (``record_quota_blocks``); and
+the log context of a run (``logged_run``: its id and site on every line it logs).
 
 Why at the run's end and from the ``SyncRun`` itself: every target (Slurm, LDAP, puppet)
 already fills the same document (status, duration, counts) in its ``finally``, so one
@@ -24,12 +25,14 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from .. import metrics
 from ..errors import GuardTripped
 from ..models import SyncRun
+from ..models.fields import new_id
 from ..models.sync import SyncItem
 
 log = logging.getLogger(__name__)
@@ -46,6 +49,17 @@ _BATCH_KIND = {"add": "add", "modify": "modify", "default": "modify",
 _ITEM_OUTCOME = {"ok": "applied", "failed": "failed", "started": "failed",
                  "skipped": "skipped", "pending": "skipped"}
 DEFAULT_GUARD = "max_deletions"
+
+
+@contextmanager
+def logged_run(site: str) -> Iterator[str]:
+    """A new ``SyncRun`` id, and every log line inside carrying it and the site
+    (``logs.context``; a task's context around it keeps its ``task``)."""
+    from .. import logs
+
+    run_id = new_id()
+    with logs.context(run_id=run_id, site=site):
+        yield run_id
 
 
 def mode_of(apply: bool) -> str:

@@ -41,7 +41,7 @@ from ..queries.site import get_site
 from ..store import Store
 from .lease import DEFAULT_TTL, Held, LeaseLost, holder_name, maybe_lease
 from .report import ItemOutcomes
-from .run_metrics import record_end, record_quota_blocks
+from .run_metrics import logged_run, record_end, record_quota_blocks
 from .runs import RunJournal, check_budget, close_stale_runs, removed_by
 from .slurm_actual import Policy, StateReader, actual_state, with_deletion_facts
 from .slurm_desired import desired_state
@@ -165,11 +165,13 @@ async def sync_site(store: Store, site_name: str, *, reader: StateReader,
         async with maybe_lease(store, TARGET, site.name, apply, ttl=lease_ttl) as held:
             if held is not None:
                 await close_stale_runs(store, target=TARGET, site=site.name)
-            return await _run(store, site.name, site.cluster_name, reader=reader,
-                              runner=runner, held=held, max_deletions=max_deletions,
-                              author=author, dump_commands=dump_commands, offline=offline,
-                              per_day=per_day, allow_deletions=allow_deletions,
-                              policy=policy, quota_only=site.slurm.mode == "quota_only")
+            with logged_run(site.name) as run_id:
+                return await _run(store, site.name, site.cluster_name, reader=reader,
+                                  runner=runner, held=held, max_deletions=max_deletions,
+                                  author=author, dump_commands=dump_commands,
+                                  offline=offline, per_day=per_day,
+                                  allow_deletions=allow_deletions, policy=policy,
+                                  quota_only=site.slurm.mode == "quota_only", run_id=run_id)
     except Busy as exc:
         await _record_busy(store, site.name, author, exc)
         raise
@@ -189,10 +191,11 @@ async def _run(store: Store, site: str, cluster: str, *, reader: StateReader,
                runner: CommandRunner | None, held: Held | None, max_deletions: int | None,
                author: str | None, dump_commands: Path | None, offline: bool,
                per_day: int | None, allow_deletions: int | None,
-               policy: Policy | None = None, quota_only: bool = False) -> Report:
+               policy: Policy | None = None, quota_only: bool = False,
+               run_id: str) -> Report:
     apply = held is not None
     started = time.monotonic()
-    run = SyncRun(target=TARGET, site=site, author=author, apply=apply,
+    run = SyncRun(id=run_id, target=TARGET, site=site, author=author, apply=apply,
                   holder=held.holder if held else holder_name(),
                   lease=held.key if held else None,
                   extra={"cluster": cluster, "offline": offline})

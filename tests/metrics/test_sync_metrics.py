@@ -16,7 +16,9 @@ import pytest
 
 from cheeto_like.adapters.sacctmgr import SAcctMgr
 from cheeto_like.errors import GuardTripped
+from cheeto_like.models import SyncRun
 from cheeto_like.operations.user import SetUserStatus
+from cheeto_like.sync.runs import close_stale_runs
 from cheeto_like.sync.slurm import sync_site
 from cheeto_like.sync.slurm_actual import SAcctMgrReader
 from tests.factories import AUTHOR
@@ -130,3 +132,69 @@ async def test_an_ldap_run_records_by_target(db, slapd: Slapd):
     assert sample("cheeto_sync_commands_total", target="ldap", site=lab.site,
                   outcome="applied") == writes
     assert sample("cheeto_sync_drift_items", target="ldap", site=lab.site) == writes
+
+
+async def test_a_crashed_run_is_counted_by_whoever_closes_it(db):
+    from tests.sync.test_runs import dead_holder
+
+    gone = await dead_holder()
+    run = SyncRun(target="slurm", site="crashsite", apply=True, holder=gone)
+    await run.insert()
+    assert await close_stale_runs(db) == [run.id]
+    assert runs("crashsite", "apply", "crashed") == 1
+    assert await close_stale_runs(db) == []  # closed once, counted once
+    assert runs("crashsite", "apply", "crashed") == 1
+
+
+class ContextReader(SAcctMgrReader):
+    """slurmdbd's reader, noting the log context each read ran in."""
+
+    def __init__(self, runner: SAcctMgr) -> None:
+        super().__init__(runner)
+        self.contexts: list[dict[str, str]] = []
+
+    async def read(self, what: str, cluster: str) -> str:
+        from cheeto_like import logs
+
+        self.contexts.append(logs.current())
+        return await super().read(what, cluster)
+
+
+async def test_what_a_run_logs_carries_its_run_id_and_site(lab: Lab, runner: SAcctMgr):
+    reader = ContextReader(runner)
+    report = await sync_site(lab.store, lab.site, reader=reader, runner=runner, apply=True,
+                             author=AUTHOR)
+    assert reader.contexts and report.run_id
+    assert {(c.get("run_id"), c.get("site")) for c in reader.contexts} == \
+        {(report.run_id, lab.site)}
+    assert await SyncRun.get(report.run_id) is not None
+
+
+async def test_a_puppet_run_records_written_and_deleted_files(db, tmp_path):
+    from cheeto_like.operations.user import AddUserSshKey
+    from cheeto_like.sync.puppet import sync_puppet
+    from tests.factories import ED25519_KEY, make_site, make_user
+    from tests.sync.test_puppet_sync import git
+
+    origin, clone = tmp_path / "origin.git", tmp_path / "puppet"
+    git(tmp_path, "init", "--bare", "-b", "main", str(origin))
+    git(tmp_path, "clone", str(origin), str(clone))
+    (clone / "keys").mkdir()
+    (clone / "keys" / "gone.pub").write_text("ssh-ed25519 AAAA gone\n")  # on no site
+    git(clone, "add", ".")
+    git(clone, "commit", "-m", "init")
+    git(clone, "push", "-u", "origin", "main")
+    await make_site(db, "pupsite", "pupsite.hpc.example.org")
+    await make_user(db, "pupalice", site="pupsite")
+    await AddUserSshKey.run(db, AUTHOR, name="pupalice", key=ED25519_KEY)
+    dry = await sync_puppet(db, "pupsite", clone, dry_run=True, author=AUTHOR)
+    assert len(dry.changed) == 3  # the site's YAML and alice's key written, gone's deleted
+    assert runs("pupsite", "dry_run", "ok", target="puppet") == 1
+    assert changes("pupsite", target="puppet") == {"add": 0, "modify": 2, "remove": 1}
+    report = await sync_puppet(db, "pupsite", clone, push=True, author=AUTHOR)
+    assert report.committed
+    assert runs("pupsite", "apply", "ok", target="puppet") == 1
+    assert sample("cheeto_sync_deletions_total", target="puppet", site="pupsite") == 1
+    await sync_puppet(db, "pupsite", clone, push=True, author=AUTHOR)
+    assert sample("cheeto_sync_drift_items", target="puppet", site="pupsite") == 0
+    assert sample("cheeto_sync_deletions_total", target="puppet", site="pupsite") == 1
