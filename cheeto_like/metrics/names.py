@@ -85,7 +85,7 @@ SPECS: dict[str, Spec] = {
         "counter", "Failed sign-ins and rejected credentials (password, api_key, token)",
         ("method",)),
     "cheeto_auth_limiter_refusals_total": Spec(
-        "counter", "Sign-ins the rate limiter refused, by which limit (address, account, global)",
+        "counter", "Sign-ins the rate limiter refused, by which limit held (pair, user, address)",
         ("scope",)),
     # -- quotas --------------------------------------------------------------------------
     "cheeto_quota_subjects_blocked": Spec(
