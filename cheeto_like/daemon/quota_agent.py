@@ -259,7 +259,13 @@ class QuotaAgent:
         return True
 
     async def run(self, *, once: bool = False, stop: asyncio.Event | None = None) -> None:
+        from .. import logs
+
         stop = stop or asyncio.Event()
+        with logs.context(site=self.site):  # every line the agent logs names its site
+            await self._loop(once, stop)
+
+    async def _loop(self, once: bool, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
                 report = await self.one_pass()
