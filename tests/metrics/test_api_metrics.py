@@ -4,6 +4,7 @@ sign-in counters, the bearer token, and ``promtool check metrics`` on the answer
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -72,7 +73,7 @@ def server(seeded: Store, mongo_config: MongoConfig, request: pytest.FixtureRequ
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("api-metrics")
     config = write(tmp / "config.yaml", mongo_config, module_database(request), token=TOKEN)
-    srv = Server(config, tmp / "api.log").wait()
+    srv = Server(config, tmp / "api.log", "--log-format", "json").wait()
     try:
         yield srv
     finally:
@@ -167,3 +168,13 @@ def test_promtool_accepts_the_answer(server):
     checked = subprocess.run([promtool, "check", "metrics"], input=scrape(server),
                              capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_api_logs_json_lines(server):
+    """``daemon api --log-format json``: its own and uvicorn's records are objects."""
+    entries = [json.loads(line) for line in server.log.read_text().splitlines()
+               if line.startswith("{")]
+    loggers = {entry["logger"] for entry in entries}
+    assert "cheeto_like.api" in loggers  # "API connected to ..."
+    assert any(name.startswith("uvicorn") for name in loggers)
+    assert all(entry["level"] in ("DEBUG", "INFO", "WARNING", "ERROR") for entry in entries)

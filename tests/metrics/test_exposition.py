@@ -172,3 +172,25 @@ def test_a_taken_port_is_one_line(config: Path):
     assert done.returncode == 2, done.stderr
     assert f"cannot serve metrics on 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_daemon_up_gives_every_process_a_metrics_port(tmp_path):
+    """The plan writes free loopback ports into the derived config's ``metrics`` section
+    (the workers and beat read it) and every scrape URL into ``stack.json``'s info."""
+    from cheeto_like.daemon.stack import StackOptions, plan_stack
+    from tests.daemon.test_stack import stack_config
+
+    source = stack_config(tmp_path, free_port(), tasks={"slurm_sync": {"schedule": 600}})
+    plan = plan_stack(load_config(source), StackOptions(
+        run_dir=tmp_path / "run", broker="filesystem", flower_auth="ops:pw"))
+    derived = load_config(plan.config_path, "default").metrics
+    ports = [derived.hub_worker_port, derived.beat_port, derived.site_worker_ports["farm"]]
+    assert all(ports) and len(set(ports)) == 3
+    assert derived.listen_address == "127.0.0.1" and derived.api
+    assert derived.directory == (tmp_path / "run" / "metrics").resolve()
+    assert plan.info["metrics"] == {
+        "api": f"{plan.info['api_url']}metrics",
+        "hub": f"http://127.0.0.1:{derived.hub_worker_port}/metrics",
+        "beat": f"http://127.0.0.1:{derived.beat_port}/metrics",
+        "site-farm": f"http://127.0.0.1:{derived.site_worker_ports['farm']}/metrics"}
+    assert plan.store_config.metrics == derived
