@@ -194,3 +194,30 @@ def test_daemon_up_gives_every_process_a_metrics_port(tmp_path):
         "beat": f"http://127.0.0.1:{derived.beat_port}/metrics",
         "site-farm": f"http://127.0.0.1:{derived.site_worker_ports['farm']}/metrics"}
     assert plan.store_config.metrics == derived
+
+
+def test_the_token_comes_from_the_environment_first(monkeypatch):
+    from cheeto_like.config import MetricsConfig
+
+    monkeypatch.delenv("CHEETO_METRICS_TOKEN", raising=False)
+    assert MetricsConfig().bearer() is None
+    assert MetricsConfig(token="from-config").bearer() == "from-config"
+    monkeypatch.setenv("CHEETO_METRICS_TOKEN", "from-env")
+    assert MetricsConfig(token="from-config").bearer() == "from-env"
+
+
+def test_a_multiprocess_directory_behind_a_symlink_is_refused(tmp_path):
+    """The parent may be the shared temp directory: another user's link is not followed
+    (and never emptied)."""
+    from cheeto_like.metrics.process import _fresh_directory
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("x")
+    (tmp_path / "parent").mkdir()
+    (tmp_path / "parent" / "mp").symlink_to(victim)
+    with pytest.raises(PermissionError, match="symlink"):
+        _fresh_directory(tmp_path / "parent" / "mp")
+    assert (victim / "keep").exists()
+    _fresh_directory(tmp_path / "parent" / "fresh")
+    assert list((tmp_path / "parent" / "fresh").iterdir()) == []
