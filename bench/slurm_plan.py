@@ -36,7 +36,7 @@ default account), and two actual states: an empty cluster (the plan from empty) 
 converged one as a reader hands it over (nothing to do; new string objects, as parsed
 text is). Then the same with quota blocks in force: a ledger ingested through
 ``operations.usage.ingest`` (so running totals kept at charge time are kept) that puts
-every tenth user and the accounts they fill out of CPU minutes, our desired state built
+every seventh user and every fiftieth account out of CPU minutes, our desired state built
 again with its blocks (``GrpTRESMins``) against the same reference figures (the
 reference has no quota blocks: its input is the same shape without them). The time of
 ``slurm_quota.quota_blocks`` on that ledger is printed beside, outside the ratios.
@@ -345,19 +345,26 @@ async def run_store_only(store_config: MongoConfig, server_pid: int, users: int,
     return result
 
 
-QUOTA_EVERY = 10  # every tenth user runs out of CPU minutes (--reference live)
+QUOTA_EVERY = 7  # every seventh user runs out of CPU minutes (--reference live) ...
+ACCOUNT_EVERY = 50  # ... and every fiftieth account
 USER_CPU_MINUTES, ACCOUNT_CPU_MINUTES = 1_000, 30_000  # the site's default quotas there
 
 
 def _ledger_lines(users: int, groups: int) -> str:
     """``sacct -X -P -n`` lines (the format adapters/sacct.py reads): one 32-CPU hour
-    (1,920 CPU minutes) for every ``QUOTA_EVERY``-th user, in their own account."""
+    (1,920 CPU minutes) for every ``QUOTA_EVERY``-th user in their account, and 20 such
+    hours for the first user of every ``ACCOUNT_EVERY``-th account. Users of an account
+    are blocked and not blocked alike, so blocks split the account's ``add user``."""
     start = datetime(2026, 11, 2, tzinfo=UTC)
-    end = start + timedelta(hours=1)
-    return "".join(
-        f"{9_000_000 + k}|{SITE}|b{k:05d}|lab{k % groups:04d}|cpu|normal|COMPLETED|"
-        f"{start:%Y-%m-%dT%H:%M:%S}|{end:%Y-%m-%dT%H:%M:%S}|3600|"
-        f"billing=32,cpu=32,mem=32000M,node=1\n" for k in range(0, users, QUOTA_EVERY))
+
+    def line(job: int, user: int, hours: int) -> str:
+        end = start + timedelta(hours=hours)
+        return (f"{job}|{SITE}|b{user:05d}|lab{user % groups:04d}|cpu|normal|COMPLETED|"
+                f"{start:%Y-%m-%dT%H:%M:%S}|{end:%Y-%m-%dT%H:%M:%S}|{hours * 3600}|"
+                f"billing=32,cpu=32,mem=32000M,node=1\n")
+
+    return "".join([*(line(9_000_000 + k, k, 1) for k in range(0, users, QUOTA_EVERY)),
+                    *(line(9_500_000 + g, g, 20) for g in range(0, groups, ACCOUNT_EVERY))])
 
 
 async def quota_ledger(store: Store, users: int, groups: int) -> dict[str, Any]:

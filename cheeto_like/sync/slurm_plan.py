@@ -532,10 +532,16 @@ def wanted_default_accounts(desired: SlurmState, actual: SlurmState) -> dict[str
     """
     pairs = desired.user_account_pairs()
     # filters of (user, account) pairs, in C: one Python step per user only for those
-    # whose default is neither the site's nor their current one (new users)
-    wanted = dict(filter(pairs.__contains__, actual.default_accounts.items()))  # current
-    wanted.update(filter(pairs.__contains__, desired.default_accounts.items()))  # site's
-    if not all(map(wanted.__contains__, map(itemgetter(0), pairs))):
+    # whose default is neither the site's nor their current one (new users). A converged
+    # site takes the shortcuts: every current default still an association's, the
+    # site's defaults already the current ones, one default per pair.
+    current, site = actual.default_accounts, desired.default_accounts
+    wanted = (dict(current) if pairs.issuperset(current.items())
+              else dict(filter(pairs.__contains__, current.items())))
+    if not site.items() <= current.items():
+        wanted.update(filter(pairs.__contains__, site.items()))
+    if len(wanted) != len(pairs) and not all(map(wanted.__contains__,
+                                                 map(itemgetter(0), pairs))):
         users = desired.users()
         rest = users - wanted.keys()  # the first of their accounts, in one pass
         theirs = (pairs if len(rest) == len(users)  # everyone (a new cluster): no filter
