@@ -301,6 +301,22 @@ def _oversized_reply_document(doc: dict[str, Any]) -> int | None:
     return None
 
 
+def transaction_database(msg: dict[str, Any], cmd: dict[str, Any]) -> str:
+    """The database a transaction's command works in: its ``$db``, except for a client
+    ``bulkWrite`` (always sent to ``admin``), whose ``nsInfo`` names it (one database:
+    nx-27017 refuses a transaction across databases); that one's ``$db`` becomes it."""
+    if "bulkWrite" in cmd:
+        infos = cmd.get("nsInfo") or next(
+            (doc["nsInfo"] for kind, doc in msg["sections"]
+             if kind == "payload" and isinstance(doc, dict) and "nsInfo" in doc), [])
+        names = {str(info.get("ns", "")).partition(".")[0] for info in infos
+                 if isinstance(info, dict)}
+        if len(names) == 1:
+            cmd["$db"] = name = names.pop()  # nx-27017 opens its session on ``$db``
+            return name
+    return str(cmd.get("$db", "test"))
+
+
 def _lsid(cmd: dict[str, Any]) -> str | None:
     from nx_27017.wire_protocol import _extract_session_id
 
@@ -1244,7 +1260,7 @@ class StoreServer:
         if not await gate.acquire():
             return self.timeout_error(next(iter(cmd), "command"))
         gate.take(lsid, cmd.get("txnNumber"), conn_id)
-        db_name = cmd.get("$db", "test")
+        db_name = transaction_database(msg, cmd)
         async with gate.owner_command():
             reply, began = await asyncio.to_thread(self._begin_and_call, msg, cmd["lsid"],
                                                    lsid, db_name)
@@ -1278,7 +1294,7 @@ class StoreServer:
             if name not in ("commitTransaction", "abortTransaction"):
                 async with gate.owner_command():
                     return await asyncio.to_thread(self._call_in_transaction, msg, lsid,
-                                                   str(cmd.get("$db", "test")))
+                                                   transaction_database(msg, cmd))
             async with gate.owner_command():
                 reply = await asyncio.to_thread(self._finish, msg, lsid)
             if name == "commitTransaction" and reply.get("ok"):

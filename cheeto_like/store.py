@@ -14,18 +14,24 @@ import os
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 from beanie import init_beanie
-from pymongo import AsyncMongoClient, WriteConcern
+from pymongo import AsyncMongoClient, InsertOne, UpdateOne, WriteConcern
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import OperationFailure, PyMongoError
+from pymongo.errors import (
+    ClientBulkWriteException,
+    DuplicateKeyError,
+    OperationFailure,
+    PyMongoError,
+)
 
 from . import store_files
 from .config import MongoConfig
@@ -41,6 +47,19 @@ LOCK_TIMEOUT_S = 120.0
 MAJORITY = WriteConcern("majority")
 COMMIT_BACKOFF_MAX_S = 0.5
 MAX_TIME_EXPIRED = 50  # a commit that ran out of maxCommitTimeMS is not retried
+CLIENT_BULK_WIRE_VERSION = 25  # MongoDB 8.0: the client-level bulkWrite command
+DUPLICATE_KEY = 11000
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One write of ``Store.write_together``: an insert of ``document``, or an
+    ``update_one`` of ``filter`` with ``update``, in ``collection``."""
+
+    collection: str
+    document: dict[str, Any] | None = None
+    filter: dict[str, Any] | None = None
+    update: dict[str, Any] | None = None
 
 
 class TransactionLock:
@@ -104,6 +123,8 @@ class Store:
     # How long an operation keeps retrying transient transaction errors and unknown
     # commit results (``mongo.transaction_retry_seconds``; pymongo's with_transaction: 120).
     transaction_retry_seconds: float = 120.0
+    # Whether every server known has the client-level bulkWrite (decided at first use).
+    _client_bulk: bool | None = None
 
     @property
     def is_embedded(self) -> bool:
@@ -148,6 +169,52 @@ class Store:
                 raise
             await commit_with_retry(session, deadline)
 
+    async def write_together(self, session: AsyncClientSession,
+                             writes: list[Write]) -> None:
+        """Apply ``writes`` (in order; the first failure stops the rest) in one round
+        trip where the store has MongoDB 8.0's client-level ``bulkWrite`` (the embedded
+        store has it), else one ``bulk_write`` per run of writes to one collection.
+
+        Why: the end of every operation writes to two collections (its generation
+        marks, its History row) just before the commit; one command instead of two is
+        a round trip less per operation. Errors come out as a collection write's
+        would: ``DuplicateKeyError`` for a unique index, the command's own error (with
+        its labels, ``TransientTransactionError``) when the whole command failed.
+        """
+        if not writes:
+            return
+        if self._client_bulk is None:
+            self._client_bulk = client_bulk_write_supported(self.client)
+        if not self._client_bulk:
+            await self._write_per_collection(session, writes)
+            return
+        db = self.database.name
+        models: list[Any] = [
+            InsertOne(w.document, namespace=f"{db}.{w.collection}") if w.document is not None
+            else UpdateOne(w.filter or {}, w.update or {}, namespace=f"{db}.{w.collection}")
+            for w in writes]
+        try:
+            await self.client.bulk_write(models, session=session, ordered=True)
+        except ClientBulkWriteException as exc:
+            raise _collection_write_error(exc) from None
+
+    async def _write_per_collection(self, session: AsyncClientSession,
+                                    writes: list[Write]) -> None:
+        start = 0
+        while start < len(writes):
+            end = start
+            while end < len(writes) and writes[end].collection == writes[start].collection:
+                end += 1
+            batch = [InsertOne(w.document) if w.document is not None
+                     else UpdateOne(w.filter or {}, w.update or {})
+                     for w in writes[start:end]]
+            coll = self.database[writes[start].collection]
+            if len(batch) == 1 and isinstance(batch[0], InsertOne):
+                await coll.insert_one(writes[start].document or {}, session=session)
+            else:
+                await coll.bulk_write(batch, ordered=True, session=session)
+            start = end
+
     async def bind(self, *, create_indexes: bool = True) -> None:
         """Bind every document model to this store's database (beanie state is global)."""
         await init_beanie(database=self.database, document_models=list(ALL_MODELS),
@@ -163,6 +230,59 @@ class Store:
 
     async def close(self) -> None:
         await self.client.close()
+
+
+# Writes an operation's transaction holds back to send with its History row (``defer``).
+_DEFERRED: weakref.WeakKeyDictionary[AsyncClientSession, list[Write]] = (
+    weakref.WeakKeyDictionary())
+
+
+@contextmanager
+def deferring(session: AsyncClientSession) -> Iterator[list[Write]]:
+    """While open, ``defer(session, …)`` collects writes for ``session`` into the list
+    it yields instead of sending them (``Operation._run`` sends them at the end with
+    the generation marks and the History row, in one command)."""
+    pending: list[Write] = []
+    _DEFERRED[session] = pending
+    try:
+        yield pending
+    finally:
+        _DEFERRED.pop(session, None)
+
+
+def defer(session: AsyncClientSession | None, write: Write) -> bool:
+    """Hold ``write`` back until the end of the operation whose transaction ``session``
+    is in; False (nothing held) outside one: the caller writes now. Only for writes
+    nothing in the transaction reads back (``mark_ldap_dirty``'s version bumps)."""
+    pending = _DEFERRED.get(session) if session is not None else None
+    if pending is None:
+        return False
+    pending.append(write)
+    return True
+
+
+def client_bulk_write_supported(client: AsyncMongoClient[dict[str, Any]]) -> bool:
+    """Whether every server the client knows speaks MongoDB 8.0's wire version (the
+    client-level ``bulkWrite``); read from the topology pymongo already holds, so it
+    costs no round trip. A store of mixed versions (mid-upgrade) answers no."""
+    servers = [sd for sd in client.topology_description.server_descriptions().values()
+               if sd.is_server_type_known]
+    return bool(servers) and all(
+        (sd.max_wire_version or 0) >= CLIENT_BULK_WIRE_VERSION for sd in servers)
+
+
+def _collection_write_error(exc: ClientBulkWriteException) -> PyMongoError:
+    """The error a collection's write would have raised for what failed in a client
+    bulkWrite: the command's own error, else its first write error (11000 as
+    ``DuplicateKeyError``, which ``Operation.run`` knows)."""
+    if isinstance(exc.error, PyMongoError):
+        return exc.error
+    first = (exc.write_errors or [{}])[0]
+    code = first.get("code")
+    message = str(first.get("errmsg") or exc)
+    if code == DUPLICATE_KEY:
+        return DuplicateKeyError(message, code, first)
+    return OperationFailure(message, code, first)
 
 
 async def commit_with_retry(session: AsyncClientSession, deadline: float) -> None:

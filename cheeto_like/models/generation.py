@@ -9,7 +9,7 @@ conflict. A key's generation is the sum of ``n`` over its documents in the
 ``generations`` collection:
 
 - a mark ``{"_id": <uuid hex>, "key": "site:<name>" | "all", "n": 1, "at": <time>}``
-  (written by ``operations.generations.mark``, in the operation's transaction);
+  (written by ``operations.generations.mark_writes``, in the operation's transaction);
 - a base ``{"_id": "base:<key>", "key": <key>, "n": <folded marks>}``, written only by
   the compaction (``operations.generations.compact``), which folds marks into their base
   and deletes them in one short transaction of its own. Operations only insert, so the

@@ -28,7 +28,8 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -44,9 +45,9 @@ from pymongo.errors import (
 from ..errors import AlreadyExists, Conflict, ExternalError, InvalidInput
 from ..models import ALL_MODELS
 from ..models import applied as applied_records
-from ..models.fields import utcnow
-from ..models.history import History
-from ..store import Store
+from ..models.fields import new_id, utcnow
+from ..models.history import HISTORY_COLLECTION, History, history_document
+from ..store import Store, Write, deferring
 from ..validation import describe_validation_error
 from . import generations
 
@@ -80,6 +81,20 @@ class Outcome:
 
 class _Applied(Exception):
     """The operation id was claimed already: an earlier attempt or request applied."""
+
+
+class Explained(Exception):
+    """A unique index refused a write, and the operation can say why better than the
+    index's name does, by reads it makes once the transaction is over (a refused write
+    ends the transaction on MongoDB). Lets an operation insert first and explain a
+    clash on the rare refusal, instead of paying its pre-check reads on every run.
+    ``explain()`` returns the error to raise, or None for ``describe_duplicate``'s."""
+
+    def __init__(self, error: DuplicateKeyError,
+                 explain: Callable[[], Awaitable[Exception | None]]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.explain = explain
 
 
 def backoff(retry: int) -> float:
@@ -181,6 +196,9 @@ class Operation:
                 return await cls._replay(operation_id, once)
             except DuplicateKeyError as exc:
                 raise AlreadyExists(describe_duplicate(exc)) from None
+            except Explained as exc:
+                better = await exc.explain()
+                raise (better or AlreadyExists(describe_duplicate(exc.error))) from None
             except ValidationError as exc:  # a document built in execute refused a value
                 raise InvalidInput(describe_validation_error(exc)) from None
             except PyMongoError as exc:
@@ -241,24 +259,27 @@ class Operation:
             elif self.transactional and uncertain and await History.get_pymongo_collection(
                     ).find_one({"_id": history_id}, {"_id": 1}, session=session):
                 raise _Applied
-            result = self.result = await self.execute(session)
-            await generations.mark(session, self._all_touched_sites())
+            with deferring(session) if self.transactional else nullcontext([]) as held:
+                result = self.result = await self.execute(session)
             changes = self.describe()
             recorded = not skip_history and self.records_history()
             if not recorded and history_id is not None and self.transactional:
                 # no History row carries the id this time: claim it by its own record
                 await self._claim(session, operation_id, once)
+            # What execute held back (store.defer), the generation marks and the History
+            # row: one command (Store.write_together), then the commit.
+            tail = [*held, *generations.mark_writes(self._all_touched_sites())]
             if recorded:
-                history = History(op=self.op_name, author=self.author, changes=changes,
-                                  timestamp=utcnow())
-                if history_id is not None and self.transactional:
-                    history.id = history_id
-                try:
-                    await history.insert(session=session)
-                except DuplicateKeyError:
-                    if history_id is not None and self.transactional:
-                        raise _Applied from None
-                    raise
+                row_id = history_id if history_id is not None and self.transactional \
+                    else new_id()
+                tail.append(Write(HISTORY_COLLECTION, history_document(
+                    row_id, self.op_name, self.author, changes, utcnow())))
+            try:
+                await self.store.write_together(session, tail)
+            except DuplicateKeyError:
+                if recorded and history_id is not None and self.transactional:
+                    raise _Applied from None  # the History row's _id: already applied
+                raise
             if once is not None:
                 self.summary = once.summarize(result)
                 await applied_records.collection().update_one(

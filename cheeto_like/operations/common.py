@@ -12,6 +12,7 @@ from ..errors import Conflict
 from ..models import Group, User
 from ..models.base import BaseDoc
 from ..models.references import GROUP_REFERENCES, USER_REFERENCES, Reference
+from ..store import Write, defer
 
 
 async def next_free_id(band: IdBand, session: AsyncClientSession) -> int:
@@ -46,16 +47,17 @@ async def mark_ldap_dirty(model: type[Document], names: Iterable[str],
     (display). ``$currentDate`` rather than ``$set`` of a datetime: the embedded store
     stores a ``$set`` datetime as a string.
     """
-    # Look the name up through its index and update by _id: the embedded store scans the
-    # collection for an update whose filter is anything but _id (and for ``$in``).
+    # One update per name, by the name's unique index (not a find and an update by _id:
+    # the embedded store serves a single-field equality on an indexed field through the
+    # index in updates too; ``$in`` would scan). In an operation's transaction they are
+    # sent with its History row, in one command (``store.defer``): nothing reads them
+    # back before the commit, and a ``save()`` of the same record later in the
+    # transaction then cannot overwrite the bump.
     collection = model.get_pymongo_collection()
+    update = {"$currentDate": {"ldap.modified_at": True}, "$inc": {"ldap.version": 1}}
     for name in sorted(set(names)):
-        found = await collection.find_one({"name": name}, {"_id": 1}, session=session)
-        if found is not None:
-            await collection.update_one({"_id": found["_id"]},
-                                        {"$currentDate": {"ldap.modified_at": True},
-                                         "$inc": {"ldap.version": 1}},
-                                        session=session)
+        if not defer(session, Write(collection.name, filter={"name": name}, update=update)):
+            await collection.update_one({"name": name}, update, session=session)
 
 
 async def mark_root_key_holders_dirty(session: AsyncClientSession) -> None:

@@ -1,10 +1,11 @@
 """Moving the data generations (``models/generation.py``).
 
-``mark`` runs inside an operation's transaction (``Operation._run`` only; an operation
-says which sites it touches through ``Operation.touched_sites()``): it inserts one mark
-per key, never updates a shared document, so concurrent operations do not conflict on
-it. ``compact`` folds marks into their bases outside any operation, in a short
-transaction of its own (the API's generation poll at most every ``COMPACT_EVERY_S``, and
+``mark_writes`` are inserted inside an operation's transaction (``Operation._run``
+only, in the one command that also inserts its History row; an operation says which
+sites it touches through ``Operation.touched_sites()``): one mark per key, never an
+update of a shared document, so concurrent operations do not conflict on it.
+``compact`` folds marks into their bases outside any operation, in a short transaction
+of its own (the API's generation poll at most every ``COMPACT_EVERY_S``, and
 about one operation in ``COMPACT_ODDS`` after its commit), and prunes expired
 applied-operation records (``models/applied.py``) the embedded store's TTL index does
 not expire.
@@ -25,8 +26,9 @@ from pymongo.errors import PyMongoError
 
 from ..models.applied import prune_expired
 from ..models.fields import utcnow
-from ..models.generation import ALL, BASE_PREFIX, base_id, collection, site_key
+from ..models.generation import ALL, BASE_PREFIX, COLLECTION, base_id, collection, site_key
 from ..queries.generations import all_generations
+from ..store import Write
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -43,16 +45,15 @@ def keys_for(sites: Iterable[str] | None) -> list[str]:
     return [ALL] if sites is None else sorted({site_key(s) for s in sites})
 
 
-async def mark(session: AsyncClientSession, sites: Iterable[str] | None) -> None:
-    """Insert one mark for each named site, or for every site when ``sites`` is None
-    (the operation may reach any site): fresh documents, so this never conflicts."""
-    keys = keys_for(sites)
-    if not keys:  # no site's data changed (``RevokeUserTokens``)
-        return
+def mark_writes(sites: Iterable[str] | None) -> list[Write]:
+    """The inserts of one mark for each named site, or for every site when ``sites`` is
+    None (the operation may reach any site): fresh documents, so they never conflict.
+    ``Operation._run`` sends them with its History row in one command
+    (``Store.write_together``). No site (``RevokeUserTokens``): none."""
     now = utcnow()
-    await collection().insert_many(
-        [{"_id": uuid.uuid4().hex, "key": key, "n": 1, "at": now} for key in keys],
-        ordered=True, session=session)
+    return [Write(COLLECTION, {"_id": uuid.uuid4().hex, "key": key, "n": 1, "at": now})
+            for key in keys_for(sites)]
+
 
 
 @asynccontextmanager

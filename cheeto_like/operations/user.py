@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 from pymongo.asynchronous.client_session import AsyncClientSession
+from pymongo.errors import DuplicateKeyError
 
 from ..constants import (
     DEFAULT_SHELL,
@@ -38,7 +39,7 @@ from ..queries.access_status import require_access, require_status
 from ..queries.group import find_group_by_name
 from ..queries.site import get_site
 from ..queries.user import find_redundant_site_statuses, get_site_info, get_user
-from .base import OpArgs, Operation
+from .base import Explained, OpArgs, Operation
 from .common import (
     cascade_user_rename,
     mark_ldap_dirty,
@@ -83,15 +84,6 @@ class CreateUser(Operation):
     async def execute(self, session: AsyncClientSession) -> tuple[User, Group]:
         a = self.args
         gid = a.uid if a.gid is None else a.gid
-        if await User.find_one(User.name == a.name, session=session):
-            raise AlreadyExists(f"user {a.name!r} already exists")
-        if clash := await User.find_one(User.uid == a.uid, session=session):
-            raise AlreadyExists(f"uid {a.uid} is already used by user {clash.name!r}")
-        if clash_group := await find_group_by_name(a.name, session):
-            raise AlreadyExists(f"a group named {a.name!r} already exists "
-                                f"(gid {clash_group.gid}); user names must not clash with groups")
-        if clash_group := await Group.find_one(Group.gid == gid, session=session):
-            raise AlreadyExists(f"gid {gid} is already used by group {clash_group.name!r}")
         await require_status(a.status, session)
         access = await require_access(a.access, session)
         key = parse_ssh_key(a.ssh_key) if a.ssh_key and a.ssh_key.strip() else None
@@ -102,13 +94,35 @@ class CreateUser(Operation):
             password=a.password_hash or (hash_password(a.password) if a.password else None),
             expires_at=a.expires_at)
         self.group = Group(name=a.name, gid=gid, type="user")
-        await claim_name(a.name, "user", session)
-        await self.user.insert(session=session)
-        await self.group.insert(session=session)
+        # The unique indexes (names registry, uid, gid) refuse a clash; which one it was
+        # is read after the transaction (``_clash``), not checked before every insert.
+        try:
+            await claim_name(a.name, "user", session)
+            await self.user.insert(session=session)
+            await self.group.insert(session=session)
+        except DuplicateKeyError as exc:
+            raise Explained(exc, self._clash) from None
         if key is not None:
             await SshKey(user=a.name, key=key.text).insert(session=session)
         self.key_fingerprint = key.fingerprint if key else None
         return self.user, self.group
+
+    async def _clash(self) -> AlreadyExists | None:
+        """Why the store refused the new user: what holds its name, uid or gid (read
+        after the refused transaction, so without a session)."""
+        a = self.args
+        gid = a.uid if a.gid is None else a.gid
+        if await User.find_one(User.name == a.name):
+            return AlreadyExists(f"user {a.name!r} already exists")
+        if clash := await User.find_one(User.uid == a.uid):
+            return AlreadyExists(f"uid {a.uid} is already used by user {clash.name!r}")
+        if clash_group := await find_group_by_name(a.name):
+            return AlreadyExists(f"a group named {a.name!r} already exists "
+                                 f"(gid {clash_group.gid}); user names must not clash with "
+                                 "groups")
+        if clash_group := await Group.find_one(Group.gid == gid):
+            return AlreadyExists(f"gid {gid} is already used by group {clash_group.name!r}")
+        return None
 
     def describe(self) -> dict[str, Any]:
         u = self.user
