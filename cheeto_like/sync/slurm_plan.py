@@ -335,6 +335,7 @@ class _Adds:
 
 
 _USER, _ACCOUNT, _PARTITION = itemgetter(0), itemgetter(1), itemgetter(2)
+_FEW_STATES = 4  # a run with more distinct states than this is split row by row
 
 
 def _add_settings(state: AssocState) -> tuple[str, ...]:
@@ -354,7 +355,8 @@ def _rows_by_account(desired: SlurmState, missing: list[AssocKey],
     unless a quota block sets some users apart. So the missing rows come in long runs,
     which ``groupby`` finds in C (its keys are the rows' own strings: nothing is
     allocated per row), and Python steps once per run (a few thousand at 60k rows).
-    Any order is still right, only slower."""
+    A run with a few states (quota blocks on some of its users) is split by one C pass
+    per state. Any order is still right, only slower."""
     rows = desired.associations
     settings_of: dict[AssocState, tuple[str, ...]] = {}
     found: dict[tuple[str, tuple[str, ...]], dict[str, list[str]]] = {}
@@ -379,6 +381,13 @@ def _rows_by_account(desired: SlurmState, missing: list[AssocKey],
             state = states[0]
             if states.count(state) == len(states):  # one state for the whole run
                 add(account, partition, state, list(map(_USER, keys)))
+                continue
+            distinct = dict.fromkeys(states)  # equal states once, in their order
+            if len(distinct) <= _FEW_STATES:  # e.g. quota blocks on some users: in C
+                users = list(map(_USER, keys))
+                for each in distinct:
+                    add(account, partition, each,
+                        list(compress(users, map(each.__eq__, states))))
                 continue
             by_state: dict[AssocState, list[str]] = {}
             for key, each in zip(keys, states, strict=True):

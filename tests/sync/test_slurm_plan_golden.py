@@ -49,9 +49,11 @@ def _assoc_state(rng: random.Random, qos_names: list[str]) -> AssocState:
     return AssocState(qos, default)
 
 
-def _pair(seed: int, users: int, most: int = 3) -> tuple[SlurmState, SlurmState]:
+def _pair(seed: int, users: int, most: int = 3,
+          account_major: bool = False) -> tuple[SlurmState, SlurmState]:
     """A desired and an actual state of ``users`` users in at most ``most`` accounts
-    each, generated from ``seed``."""
+    each, generated from ``seed``; ``account_major``: the desired rows in the desired
+    builder's order (account, partition, user), so long runs share an account."""
     rng = random.Random(seed)
     qos_names = [f"q{i}" for i in range(8)]
     accounts = ["site", "lab-a", "lab-b", "labc", "zeta", "a"]
@@ -101,6 +103,9 @@ def _pair(seed: int, users: int, most: int = 3) -> tuple[SlurmState, SlurmState]
             actual_defaults[key.user] = key.account
     default_rows = frozenset(k for k in actual_rows if actual_defaults.get(k.user) == k.account)
     wanted_users = {k.user for k in desired_rows}
+    if account_major:
+        desired_rows = dict(sorted(desired_rows.items(),
+                                   key=lambda row: (row[0].account, row[0].partition)))
     desired = SlurmState(
         cluster=C,
         qos={n: _qos_state(rng, n, None) for n in qos_names[:6]},
@@ -127,11 +132,13 @@ def _pair(seed: int, users: int, most: int = 3) -> tuple[SlurmState, SlurmState]
 
 
 CASES = {"mixed-300": (31, 300, 3), "mixed-40": (7, 40, 3), "mixed-400": (1031, 400, 3),
-         "one-account-each-200": (5, 200, 1)}
+         "one-account-each-200": (5, 200, 1), "account-major-300": (11, 300, 3, True),
+         "account-major-one-each-300": (13, 300, 1, True)}
 
 
-def _rendered(seed: int, users: int, most: int) -> dict[str, Any]:
-    desired, actual = _pair(seed, users, most)
+def _rendered(seed: int, users: int, most: int,
+              account_major: bool = False) -> dict[str, Any]:
+    desired, actual = _pair(seed, users, most, account_major)
     found = plan(desired, actual)
     empty = plan(desired, SlurmState(cluster=C))
     return {"plan": found.as_dict(), "qos_removed": [list(r) for r in found.qos_removed],
