@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import compress, filterfalse, groupby
-from operator import itemgetter, ne
+from operator import itemgetter, ne, not_
 from typing import Any, Literal
 
 from .slurm_limits import ASSOC_LIMITS, QOS_LIMITS, reset_args, tres_mins_args
@@ -355,8 +355,8 @@ def _rows_by_account(desired: SlurmState, missing: list[AssocKey],
     unless a quota block sets some users apart. So the missing rows come in long runs,
     which ``groupby`` finds in C (its keys are the rows' own strings: nothing is
     allocated per row), and Python steps once per run (a few thousand at 60k rows).
-    A run with a few states (quota blocks on some of its users) is split by one C pass
-    per state. Any order is still right, only slower."""
+    A run with a few states (quota blocks on some of its users) is split by a few C
+    passes per state. Any order is still right, only slower."""
     rows = desired.associations
     settings_of: dict[AssocState, tuple[str, ...]] = {}
     found: dict[tuple[str, tuple[str, ...]], dict[str, list[str]]] = {}
@@ -382,18 +382,21 @@ def _rows_by_account(desired: SlurmState, missing: list[AssocKey],
             if states.count(state) == len(states):  # one state for the whole run
                 add(account, partition, state, list(map(_USER, keys)))
                 continue
-            distinct = dict.fromkeys(states)  # equal states once, in their order
-            if len(distinct) <= _FEW_STATES:  # e.g. quota blocks on some users: in C
-                users = list(map(_USER, keys))
-                for each in distinct:
-                    add(account, partition, each,
-                        list(compress(users, map(each.__eq__, states))))
-                continue
-            by_state: dict[AssocState, list[str]] = {}
-            for key, each in zip(keys, states, strict=True):
-                by_state.setdefault(each, []).append(key.user)
-            for each, users in by_state.items():
-                add(account, partition, each, users)
+            users = list(map(_USER, keys))
+            for _ in range(_FEW_STATES):  # e.g. quota blocks on some users: in C
+                same = list(map(state.__eq__, states))
+                add(account, partition, state, list(compress(users, same)))
+                others = list(map(not_, same))
+                users, states = list(compress(users, others)), list(compress(states, others))
+                if not states:
+                    break
+                state = states[0]
+            else:  # many states: row by row
+                by_state: dict[AssocState, list[str]] = {}
+                for user, each in zip(users, states, strict=True):
+                    by_state.setdefault(each, []).append(user)
+                for each, named in by_state.items():
+                    add(account, partition, each, named)
     return found
 
 
