@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from beanie import init_beanie
-from pymongo import AsyncMongoClient, InsertOne, UpdateOne, WriteConcern
+from pymongo import AsyncMongoClient, InsertOne, UpdateOne, WriteConcern, monitoring
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import (
@@ -33,7 +33,7 @@ from pymongo.errors import (
     PyMongoError,
 )
 
-from . import store_files
+from . import metrics, store_files
 from .config import MongoConfig
 from .embedded import IDENTITY_COMMAND, TOKEN_ENV, EmbeddedServer
 from .errors import ConfigError, ExternalError
@@ -49,6 +49,53 @@ COMMIT_BACKOFF_MAX_S = 0.5
 MAX_TIME_EXPIRED = 50  # a commit that ran out of maxCommitTimeMS is not retried
 CLIENT_BULK_WIRE_VERSION = 25  # MongoDB 8.0: the client-level bulkWrite command
 DUPLICATE_KEY = 11000
+WRITE_CONFLICT = 112
+NO_SUCH_TRANSACTION = 251
+# The ``command`` label of cheeto_store_command_duration_seconds: a bounded set (any
+# other command name is "other"), so a label never carries what a client chose.
+TIMED_COMMANDS = frozenset({
+    "find", "insert", "update", "delete", "aggregate", "findAndModify", "getMore", "count",
+    "distinct", "bulkWrite", "commitTransaction", "abortTransaction", "hello", "ping",
+    "listIndexes", "createIndexes", "listCollections", "killCursors", "endSessions",
+    "dropIndexes", "drop", "renameCollection",
+})
+STARTED_MEMORY = 10_000  # started commands awaiting their reply kept at most (no leak)
+
+
+class CommandTimer(monitoring.CommandListener):
+    """Feeds ``cheeto_store_command_duration_seconds{command}``: each command's started
+    event is paired with its succeeded or failed event by (connection, request id), and
+    the driver's measured duration is observed under the started command's name.
+
+    Registered only on clients made while metrics are on (``client_for``), so the CLI
+    and the benches pay nothing; pymongo calls it on the thread that runs the command,
+    and the dict operations it uses are atomic."""
+
+    def __init__(self) -> None:
+        self._started: dict[tuple[Any, int], str] = {}
+
+    @staticmethod
+    def label(command_name: str) -> str:
+        return command_name if command_name in TIMED_COMMANDS else "other"
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if len(self._started) >= STARTED_MEMORY:
+            self._started.clear()  # replies that never came (a dropped connection)
+        self._started[(event.connection_id, event.request_id)] = self.label(
+            event.command_name)
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        self._finish(event)
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        self._finish(event)
+
+    def _finish(self, event: monitoring.CommandSucceededEvent
+                | monitoring.CommandFailedEvent) -> None:
+        command = self._started.pop((event.connection_id, event.request_id), None)
+        if command is not None:
+            metrics.observe("cheeto_store_command_duration_seconds",
+                            event.duration_micros / 1e6, command=command)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,11 +324,13 @@ def _collection_write_error(exc: ClientBulkWriteException) -> PyMongoError:
     ``DuplicateKeyError``, which ``Operation.run`` knows)."""
     if isinstance(exc.error, PyMongoError):
         return exc.error
-    first = (exc.write_errors or [{}])[0]
+    first = dict((exc.write_errors or [{}])[0])
     code = first.get("code")
     message = str(first.get("errmsg") or exc)
     if code == DUPLICATE_KEY:
         return DuplicateKeyError(message, code, first)
+    if code in (WRITE_CONFLICT, NO_SUCH_TRANSACTION):  # as a collection write's would be
+        first["errorLabels"] = [*first.get("errorLabels", ()), "TransientTransactionError"]
     return OperationFailure(message, code, first)
 
 
@@ -298,6 +347,7 @@ async def commit_with_retry(session: AsyncClientSession, deadline: float) -> Non
                 isinstance(exc, OperationFailure) and exc.code == MAX_TIME_EXPIRED)
             if not unknown:
                 raise
+            metrics.inc("cheeto_store_transaction_retries_total", reason="unknown_commit")
             retry += 1
             pause = random.random() * min(0.005 * 1.5 ** retry,
                                           COMMIT_BACKOFF_MAX_S)
@@ -321,6 +371,8 @@ def client_for(config: MongoConfig, uri: str, listeners: list[Any] | None = None
         "connectTimeoutMS": int(config.timeout_seconds * 1000),
         "w": "majority",
     }
+    if metrics.active():  # a daemon process: time every command (CommandTimer)
+        listeners = [*(listeners or []), CommandTimer()]
     if listeners:
         kwargs["event_listeners"] = listeners
     if not config.is_embedded:

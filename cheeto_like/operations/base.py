@@ -42,12 +42,13 @@ from pymongo.errors import (
     PyMongoError,
 )
 
+from .. import metrics
 from ..errors import AlreadyExists, Conflict, ExternalError, InvalidInput
 from ..models import ALL_MODELS
 from ..models import applied as applied_records
 from ..models.fields import new_id, utcnow
 from ..models.history import HISTORY_COLLECTION, History, history_document
-from ..store import Store, Write, deferring
+from ..store import WRITE_CONFLICT, Store, Write, deferring
 from ..validation import describe_validation_error
 from . import generations
 
@@ -204,6 +205,8 @@ class Operation:
             except PyMongoError as exc:
                 if op.reached_commit:
                     maybe_committed = op
+                if isinstance(exc, OperationFailure) and exc.code == WRITE_CONFLICT:
+                    metrics.inc("cheeto_store_write_conflicts_total")
                 if exc.has_error_label("UnknownTransactionCommitResult"):
                     raise ExternalError(
                         f"the store did not confirm the commit of {cls.op_name} within "
@@ -215,6 +218,8 @@ class Operation:
                     if time.monotonic() + pause < deadline:
                         log.info("%s: transient transaction error, retry %d (%s)",
                                  cls.op_name, retry, exc)
+                        metrics.inc("cheeto_store_transaction_retries_total",
+                                    reason="transient")
                         await asyncio.sleep(pause)
                         continue
                 raise translate_store_error(exc) from None
