@@ -134,9 +134,11 @@ async def _groups_query(type: str | None, site: str | None, member: str | None,
         found = await Site.find_one(Site.name == site, session=session)
         if found is None:
             raise NotFound(f"site {site!r} does not exist")
-        edges = await GroupMembership.find(GroupMembership.site == site,
-                                           session=session).to_list()
-        names = {e.group for e in edges} | set(found.group.sticky)
+        # the groups with an edge here, not the edges (10k at a site: 0.3 s as models,
+        # 16 ms as one distinct read on the embedded store)
+        here = await GroupMembership.get_pymongo_collection().distinct(
+            "group", {"site": site}, session=session)
+        names = set(here) | set(found.group.sticky)
     if member is not None:
         # An unknown name is a typo, not "no groups": say so rather than print nothing.
         if await select_one(User, session, name=member) is None:
@@ -155,8 +157,21 @@ async def _groups_query(type: str | None, site: str | None, member: str | None,
                     mine.update(s.group.sticky)
         names = mine if names is None else names & mine
     if names is not None:
-        query["name"] = {"$in": sorted(names)}
+        query["name"] = name_in(names)
     return query
+
+
+def name_in(names: Collection[str]) -> dict[str, Any]:
+    """A filter on ``name`` for ``names``: an ``$in`` inside their range.
+
+    Why: the embedded store answers ``$in`` by scanning the collection, a range on the
+    indexed name from its index; together they read only the range (a manager's few
+    groups among thousands). Same answer on MongoDB.
+    """
+    ordered = sorted(names)
+    if not ordered:
+        return {"$in": []}
+    return {"$gte": ordered[0], "$lte": ordered[-1], "$in": ordered}
 
 
 async def list_groups(*, type: str | None = None, site: str | None = None,
@@ -181,11 +196,14 @@ async def page_groups(*, limit: int, offset: int = 0, type: str | None = None,
     if among is not None:
         named = query.get("name")
         allowed = set(among) if named is None else set(among) & set(named["$in"])  # type: ignore[index]
-        query["name"] = {"$in": sorted(allowed)}
+        query["name"] = name_in(allowed)
     collection = Group.get_pymongo_collection()
     total = await count(Group, query, session)
+    if offset >= total:
+        return [], total
     cursor = collection.find(query, {"_id": 0, "name": 1, "gid": 1, "type": 1},
-                             session=session).sort("name", 1).skip(offset).limit(limit)
+                             session=session, batch_size=limit).sort("name", 1).skip(
+                                 offset).limit(limit)
     found = [{"name": r["name"], "gid": r.get("gid"), "type": r.get("type")}
              async for r in cursor]
     return found, total

@@ -68,6 +68,21 @@ def user_view(user: User) -> dict[str, Any]:
             "home_directory": user.home_directory, "expires_at": user.expires_at}
 
 
+USER_FIELDS = ("name", "fullname", "email", "uid", "gid", "type", "status", "access",
+               "shell", "home_directory", "expires_at")
+# what a stored row leaves out reads as the model's default (as a model would load it)
+_USER_DEFAULTS = {f: User.model_fields[f].get_default(call_default_factory=True)
+                  for f in USER_FIELDS if not User.model_fields[f].is_required()}
+
+
+def user_row_view(row: dict[str, Any]) -> dict[str, Any]:
+    """``user_view`` of a raw projected row (``queries.user.page_user_rows``): the same
+    fields and values, without building the model."""
+    view = {f: row.get(f, _USER_DEFAULTS.get(f)) for f in USER_FIELDS}
+    view["access"] = list(view["access"] or ())
+    return view
+
+
 async def user_target(name: str) -> rules.Target:
     edges = await select(GroupMembership, None, user=name)
     return rules.Target(user=name, accounts=frozenset(e.group for e in edges))
@@ -249,12 +264,12 @@ def build_router(prefix: str) -> APIRouter:
     async def users(who: CurrentPrincipal, limit: Limit = 100, offset: Offset = 0,
                     site: OptName = None, group: OptName = None,
                     status: OptName = None) -> dict[str, Any]:
-        from ..queries.user import page_users
+        from ..queries.user import page_user_rows
 
         authorize(who, rules.USER_LIST)
-        found, total = await page_users(limit=limit, offset=offset, site=site, group=group,
-                                        status=status)
-        return paged([user_view(u) for u in found], total, limit, offset)
+        found, total = await page_user_rows(limit=limit, offset=offset, fields=USER_FIELDS,
+                                            site=site, group=group, status=status)
+        return paged([user_row_view(row) for row in found], total, limit, offset)
 
     @router.get("/users/{name}", summary="one user", responses=READ_ERRORS,
                 tags=["directory"])
