@@ -122,7 +122,8 @@ def activate(role_name: str, where: Path | None = None) -> None:
         values.ValueClass = values.MultiProcessValue()
     _state.update(role=role_name, directory=where)
     metrics._active = True
-    _connect_celery_child_exit()
+    if where is not None:  # prefork children to account for (the API imports no Celery)
+        _connect_celery_child_exit()
 
 
 def _connect_celery_child_exit() -> None:
