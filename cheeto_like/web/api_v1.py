@@ -454,13 +454,16 @@ def build_router(prefix: str) -> APIRouter:
         user = default_subject(who, rules.QUOTA_READ, user, account)
         await subject_allowed(who, rules.QUOTA_READ, user, account, site)
         found = await get_site(site)
+        # one document, not ``$and``: the embedded store answers ``$and`` in Python
         where: dict[str, Any] = {"site": found.name}
-        if user is not None or account is not None:
-            where = {"$and": [where, {"user": user} if user is not None
-                              else {"account": account}]}
+        if user is not None:
+            where["user"] = user
+        elif account is not None:
+            where["account"] = account
         total = await count(QuotaAdjustment, where)
-        rows = await QuotaAdjustment.find(where).sort(-QuotaAdjustment.at_epoch).skip(
-            offset).limit(limit).to_list()
+        # ``_id`` breaks ties (whole seconds): pages neither repeat nor skip a row
+        rows = await QuotaAdjustment.find(where).sort(
+            [("at_epoch", -1), ("_id", 1)]).skip(offset).limit(limit).to_list()
         return paged([{"user": a.user, "account": a.account, "cpu_minutes": a.cpu_minutes,
                        "gpu_minutes": a.gpu_minutes, "reason": a.reason, "at": a.at}
                       for a in rows], total, limit, offset)

@@ -213,3 +213,30 @@ async def test_a_name_range_with_in_reads_only_the_named(world):  # type: ignore
         "$gte": "u0010", "$lte": "u0015", "$in": ["u0010", "u0011", "u0015"]}},
         {"_id": 0, "user": 1}).to_list()
     assert [r["user"] for r in found] == ["u0011"]  # u0010, u0015: off farm (i % 5 == 0)
+
+
+async def test_adjustments_filter_and_page_in_the_store(app, http, world):  # type: ignore[no-untyped-def]
+    """``/adjustments/{site}`` filters by user or account in the store (one document,
+    not ``$and``) and walks to the same rows page by page as in one page."""
+    olga = await bearer(app, "olga")
+    made = [("alice", None, "a1"), ("bob", None, "b1"), (None, "lab", "l1"),
+            ("alice", None, "a2"), (None, "lab", "l2")]
+    for user, account, reason in made:
+        body = {"user": user, "account": account, "cpu_minutes": 5, "reason": reason}
+        r = await http.post("/api/v1/adjustments/farm", headers=olga,
+                            json={k: v for k, v in body.items() if v is not None})
+        assert r.status_code == 201, r.text
+    for params, reasons in (({}, {"a1", "a2", "b1", "l1", "l2"}),
+                            ({"user": "alice"}, {"a1", "a2"}),
+                            ({"account": "lab"}, {"l1", "l2"}), ({"user": "carl"}, set())):
+        whole = (await http.get("/api/v1/adjustments/farm", headers=olga,
+                                params={**params, "limit": 1000})).json()
+        assert {row["reason"] for row in whole["items"]} == reasons, params
+        assert whole["total"] == len(reasons)
+        walked = []
+        for offset in range(len(reasons) + 2):
+            body = (await http.get("/api/v1/adjustments/farm", headers=olga,
+                                   params={**params, "limit": 1, "offset": offset})).json()
+            assert body["total"] == len(reasons)
+            walked += body["items"]
+        assert walked == whole["items"], params
