@@ -383,7 +383,13 @@ def _rows_by_account(desired: SlurmState, missing: list[AssocKey],
                 add(account, partition, state, list(map(_USER, keys)))
                 continue
             users = list(map(_USER, keys))
-            for _ in range(_FEW_STATES):  # e.g. quota blocks on some users: in C
+            same = list(map(state.__eq__, states))
+            rest = list(compress(states, map(not_, same)))
+            if rest.count(rest[0]) == len(rest):  # two states (quota blocks on some users)
+                add(account, partition, state, list(compress(users, same)))
+                add(account, partition, rest[0], list(compress(users, map(not_, same))))
+                continue
+            for _ in range(_FEW_STATES):  # a few more: one C pass each
                 same = list(map(state.__eq__, states))
                 add(account, partition, state, list(compress(users, same)))
                 others = list(map(not_, same))
