@@ -14,6 +14,17 @@ fixed time with an async httpx client at a given concurrency, then (when install
 checked against the revocation collection, roles loaded per request; or a managed API
 key), next to the static baseline on the same uvicorn (``/healthz``: no credential, one
 store ping), to show what authentication costs per request.
+
+``--routes pages`` (issue 31) measures the list routes' pages against ``/api/v1/me``
+(the same token, no store read past authentication: the floor), in ``--rounds`` rounds
+that alternate the routes (and, with ``--baseline TREE``, a second API process running
+another checkout on the same store, the two sides' order swapped every round);
+``--requests`` sequential requests per route and round, p50/p95 per round, then the
+min and median over rounds, each route's p50 over the floor's and over the baseline's
+of the same round, and the load average at every round's start:
+
+    .venv/bin/python bench/api.py --routes pages [--users 10000] [--rounds 5]
+                                  [--requests 60] [--baseline /tmp/base]
 """
 
 from __future__ import annotations
@@ -95,6 +106,89 @@ def list_endpoints(base: str, token: str) -> dict[str, tuple[str, dict[str, str]
         "v1 users of a site, page of 10 (token)": (f"{v1}/users?site={SITE}&limit=10", bearer),
         "v1 groups page of 100 (token)": (f"{v1}/groups?limit=100", bearer),
     }
+
+
+def page_endpoints(base: str, token: str) -> dict[str, tuple[str, dict[str, str]]]:
+    """``--routes pages``: the floor first, then the list routes the goal names (a page of
+    100 users, the first page of groups) and their site-filtered forms."""
+    bearer = {"Authorization": f"Bearer {token}"}
+    v1 = f"{base}/api/v1"
+    return {
+        "me (floor)": (f"{v1}/me", bearer),
+        "users?limit=100": (f"{v1}/users?limit=100", bearer),
+        "users?limit=100&offset=9900": (f"{v1}/users?limit=100&offset=9900", bearer),
+        "groups": (f"{v1}/groups", bearer),
+        "users?site=S&limit=100": (f"{v1}/users?site={SITE}&limit=100", bearer),
+        "groups?site=S": (f"{v1}/groups?site={SITE}", bearer),
+    }
+
+
+GOAL_MS = 50.0  # issue 31: /users?limit=100 and /groups p50 under 50 ms at 10k users
+
+
+async def sample(client: httpx.AsyncClient, url: str, headers: dict[str, str],
+                 count: int) -> list[float]:
+    """``count`` sequential requests' latencies (s), after one uncounted warm-up."""
+    (await client.get(url, headers=headers)).raise_for_status()
+    latencies = []
+    for _ in range(count):
+        started = time.perf_counter()
+        response = await client.get(url, headers=headers)
+        latencies.append(time.perf_counter() - started)
+        response.raise_for_status()
+    return latencies
+
+
+async def measure_pages(sides: dict[str, str], token: str, rounds: int,
+                        requests: int) -> dict[str, Any]:
+    """Each round: every route on every side (``{side: base URL}``), alternating; the
+    sides' order flips every round so neither always runs second."""
+    names = list(page_endpoints("", token))
+    per_round: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(timeout=300) as client:
+        for number in range(rounds):
+            order = list(sides) if number % 2 == 0 else list(sides)[::-1]
+            row: dict[str, Any] = {"load_average": [round(x, 2) for x in os.getloadavg()]}
+            for name in names:
+                for side in order:
+                    url, headers = page_endpoints(sides[side], token)[name]
+                    latencies = await sample(client, url, headers, requests)
+                    row.setdefault(side, {})[name] = {
+                        "p50_ms": round(percentile(latencies, 50) * 1000, 2),
+                        "p95_ms": round(percentile(latencies, 95) * 1000, 2)}
+            print(f"round {number + 1}: " + ", ".join(
+                f"{side} {name} {row[side][name]['p50_ms']} ms" for side in sides
+                for name in names), file=sys.stderr)
+            per_round.append(row)
+    return {"rounds": per_round, "summary": summarize(per_round, list(sides), names)}
+
+
+def summarize(per_round: list[dict[str, Any]], sides: list[str],
+              names: list[str]) -> dict[str, Any]:
+    """Min and median over rounds of each figure, and the same-round ratios."""
+    def spread(values: list[float]) -> dict[str, float]:
+        return {"min": round(min(values), 3), "median": round(statistics.median(values), 3)}
+
+    out: dict[str, Any] = {}
+    for side in sides:
+        out[side] = {}
+        for name in names:
+            figures = [r[side][name] for r in per_round]
+            entry = {"p50_ms": spread([f["p50_ms"] for f in figures]),
+                     "p95_ms": spread([f["p95_ms"] for f in figures])}
+            if name != "me (floor)":
+                entry["p50_over_floor"] = spread(
+                    [r[side][name]["p50_ms"] / r[side]["me (floor)"]["p50_ms"]
+                     for r in per_round])
+            if side != sides[0]:
+                entry["ours_p50_over_this"] = spread(
+                    [r[sides[0]][name]["p50_ms"] / r[side][name]["p50_ms"]
+                     for r in per_round])
+            out[side][name] = entry
+    ours = out[sides[0]]
+    out["goal"] = {"p50_under_ms": GOAL_MS, "met": all(
+        ours[name]["p50_ms"]["median"] < GOAL_MS for name in ("users?limit=100", "groups"))}
+    return out
 
 
 async def credentials(store: Any, tmp: Path) -> tuple[str, str, str]:
@@ -191,18 +285,18 @@ def run_wrk(url: str, headers: dict[str, str], concurrency: int,
 
 
 def start_api(tmp: Path, embedded: EmbeddedStoreConfig, port: int,
-              cache_seconds: float) -> subprocess.Popen[bytes]:
+              cache_seconds: float, tree: str = TREE) -> subprocess.Popen[bytes]:
     config = tmp / "config.yaml"
     config.write_text(
         f"mongo:\n  default:\n    database: bench_api\n    embedded:\n"
         f"      path: {embedded.path}\n      port: {embedded.port}\n"
         f"api:\n  default:\n    api_key: {KEY}\n    cache_seconds: {cache_seconds}\n"
         + (f"    jwt_key_file: {tmp / 'jwt.key'}\n" if HAS_AUTH else ""))
-    log = (tmp / "api.log").open("wb")
+    log = (tmp / f"api-{port}.log").open("wb")
     proc = subprocess.Popen([CHEETO, "daemon", "api", "--config", str(config), "--port",
                              str(port)], stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": TREE})
+                            env={**os.environ, "PYTHONPATH": tree})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -214,8 +308,8 @@ def start_api(tmp: Path, embedded: EmbeddedStoreConfig, port: int,
             break
         time.sleep(0.2)
     proc.kill()
-    raise SystemExit(f"the API did not start; see {tmp / 'api.log'}:\n"
-                     f"{(tmp / 'api.log').read_text()[-2000:]}")
+    raise SystemExit(f"the API from {tree} did not start:\n"
+                     f"{(tmp / f'api-{port}.log').read_text()[-2000:]}")
 
 
 def stop(api: subprocess.Popen[bytes]) -> None:
@@ -239,11 +333,28 @@ async def main() -> None:
                         help="api.cache_seconds settings to measure (0: every request "
                              "queries the store)")
     parser.add_argument("--no-wrk", action="store_true", help="skip wrk even if installed")
-    parser.add_argument("--routes", choices=("puppet", "auth", "lists", "all"),
+    parser.add_argument("--routes", choices=("puppet", "auth", "lists", "pages", "all"),
                         default="puppet",
                         help="the puppet exports, the authenticated /api/v1 reads, only "
-                             "the /api/v1 list routes, or all")
+                             "the /api/v1 list routes, the list routes' pages against "
+                             "/api/v1/me in alternating rounds (issue 31), or all")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="--routes pages: rounds (at least 5)")
+    parser.add_argument("--requests", type=int, default=60,
+                        help="--routes pages: sequential requests per route and round")
+    parser.add_argument("--baseline", metavar="TREE",
+                        help="--routes pages: a checkout to run beside this one, as a "
+                             "second API process on the same store")
     opts = parser.parse_args()
+    if opts.users < 1 or opts.groups < 1:
+        parser.error("--users and --groups must be at least 1")
+    if opts.routes == "pages":
+        if opts.rounds < 5 or opts.requests < 10:
+            parser.error("--routes pages needs --rounds >= 5 and --requests >= 10")
+        if opts.baseline and not (Path(opts.baseline) / "cheeto_like").is_dir():
+            parser.error(f"--baseline {opts.baseline}: no cheeto_like/ there")
+        await pages_main(opts)
+        return
     use_wrk = not opts.no_wrk and shutil.which("wrk") is not None
     with tempfile.TemporaryDirectory(prefix="cheeto-bench-api-") as name:
         tmp = Path(name)
@@ -302,6 +413,41 @@ async def main() -> None:
         "users": opts.users, "group_storages": opts.groups, "admins_with_keys": opts.users // 100,
         "build_seconds": built, "duration_s": opts.duration, "wrk": use_wrk,
         "runs": results}, indent=2))
+
+
+async def pages_main(opts: argparse.Namespace) -> None:
+    """``--routes pages``: one store, this tree's API (and the baseline's), rounds."""
+    with tempfile.TemporaryDirectory(prefix="cheeto-bench-api-") as name:
+        tmp = Path(name)
+        embedded = EmbeddedStoreConfig(path=tmp / "store", port=free_port())
+        server = throwaway_server(embedded)
+        server.start_background()
+        apis: list[subprocess.Popen[bytes]] = []
+        try:
+            store = await connect(MongoConfig(embedded=embedded, database="bench_api"),
+                                  autostart=False)
+            print(f"building {opts.users} users, {opts.groups} groups", file=sys.stderr)
+            started = time.perf_counter()
+            await build(opts.users, opts.groups)
+            built = round(time.perf_counter() - started, 1)
+            token, _, _ = await credentials(store, tmp)
+            await store.close()
+            trees = {"ours": TREE} | ({"baseline": opts.baseline} if opts.baseline else {})
+            sides: dict[str, str] = {}
+            for side, tree in trees.items():
+                port = free_port()
+                apis.append(start_api(tmp, embedded, port, 0, tree))
+                sides[side] = f"http://127.0.0.1:{port}"
+            result = await measure_pages(sides, token, opts.rounds, opts.requests)
+        finally:
+            for api in apis:
+                stop(api)
+            server.stop()
+    print(json.dumps({
+        "store": "embedded nx-27017", "server": "uvicorn, 1 process per side",
+        "users": opts.users, "groups": opts.groups + 2, "build_seconds": built,
+        "trees": trees, "rounds": opts.rounds, "requests_per_route_and_round": opts.requests,
+        **result}, indent=2))
 
 
 if __name__ == "__main__":
