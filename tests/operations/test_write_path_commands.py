@@ -6,7 +6,7 @@ Each operation's transaction ends with one command carrying its held-back LDAP v
 bumps, generation marks and History row (``Store.write_together``: a client
 ``bulkWrite`` where the store has it, the embedded store and MongoDB 8.0), then the
 commit. Counting stops at the first ``commitTransaction``: the compaction that follows
-about one operation in 64 is not the operation's."""
+now and then (``generations.after_commit``) is not the operation's."""
 
 from __future__ import annotations
 
