@@ -8,11 +8,14 @@ from __future__ import annotations
 
 
 def load_commands() -> None:
-    """Import every command module the table names (tests that walk the whole tree)."""
+    """Build the whole tree and import every command module the table names (tests
+    that walk the whole tree)."""
     import importlib
 
+    from .app import expand_all
     from .registry import NODES
 
+    expand_all()
     for module in dict.fromkeys(n.module for n in NODES if n.module is not None):
         importlib.import_module(f"{__name__}.{module}")
 

@@ -26,15 +26,21 @@ from .fields import new_id, utcnow
 
 
 class Embedded(BaseModel):
-    """Embedded sub-documents: strict about unknown keys so typos never pass silently."""
+    """Embedded sub-documents: strict about unknown keys so typos never pass silently.
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    ``defer_build``: a model's validator is built when it first validates, not when its
+    module is imported. Every process imports every model (the store binds them all),
+    but a CLI command reads a few: building all ~140 validators up front was a quarter
+    of ``cheeto ng user show``'s start-up (issue 31)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
 
 
 class BaseDoc(Document):
-    """A document with a string id and created/updated timestamps."""
+    """A document with a string id and created/updated timestamps (validator built on
+    first use, as ``Embedded``'s)."""
 
-    model_config = ConfigDict(validate_assignment=True)
+    model_config = ConfigDict(validate_assignment=True, defer_build=True)
 
     id: str = Field(default_factory=new_id)  # type: ignore[assignment]
     created_at: datetime = Field(default_factory=utcnow)
@@ -50,6 +56,8 @@ class BaseDoc(Document):
 
 class Expirable(BaseModel):
     """Mixin for records that can be time-limited (class accounts, allocations, …)."""
+
+    model_config = ConfigDict(defer_build=True)  # built with the document that uses it
 
     expires_at: datetime | None = None
     provisioned_at: datetime | None = None
@@ -105,6 +113,8 @@ class LDAPSyncable(BaseModel):
     Changes that come from other documents (keys, memberships) mark the record dirty
     explicitly through ``operations.common.mark_ldap_dirty``.
     """
+
+    model_config = ConfigDict(defer_build=True)  # built with the document that uses it
 
     ldap_fields: ClassVar[tuple[str, ...]] = ()
     ldap: LDAPInfo = Field(default_factory=LDAPInfo)
