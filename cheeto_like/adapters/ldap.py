@@ -283,6 +283,7 @@ class _Connection(AIOLDAPConnection):
         super().__init__(client, loop)
         self.waiting: dict[int, asyncio.Future[Any]] = {}
         self.users = 0  # requests handed this connection by Directory and not yet done
+        self.alone = False  # a search holds it: nothing else may join
         self._watched = -1
         self._timer: asyncio.TimerHandle | None = None
         self._delay = 0.002
@@ -373,6 +374,12 @@ class Directory:
         self._closed = False
         self.writes: Counter[str] = Counter()
         self.server: str | None = None  # the server the last connection went to
+        self.peak_in_flight = 0  # most requests one connection carried at once
+
+    @property
+    def connections(self) -> int:
+        """Bound connections open now."""
+        return len(self._live)
 
     async def __aenter__(self) -> Directory:
         await self.open()
@@ -442,15 +449,23 @@ class Directory:
                              code="unreachable", transient=True)
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[_Connection]:
+    async def _connection(self, *, alone: bool = False) -> AsyncIterator[_Connection]:
         """A bound connection for one request: the least busy one with room in its
         window, else a new one while fewer than ``max_connections`` exist or are being
-        made. A connection that failed (lost, timed out) is closed and forgotten; its
-        other requests in flight fail with it and are retried by their own ``_run``."""
+        made. ``alone`` (searches): a connection nothing else is in flight on, kept to
+        this request (a search's reply was seen to go missing when writes shared its
+        connection), made for it when every connection is busy and closed after it if
+        the pool is then over size. A connection that failed (lost, timed out) is closed
+        and forgotten; its other requests in flight fail with it and are retried by
+        their own ``_run``."""
         if self._closed:
             raise DirectoryError("the LDAP client is closed")
         async with self._slots:
-            conn = min(self._live, key=lambda c: c.users, default=None)
+            if alone:
+                conn = next((c for c in self._live if not c.users), None)
+            else:
+                conn = min((c for c in self._live if not c.alone), key=lambda c: c.users,
+                           default=None)
             if conn is None or (conn.users >= self.window
                                 and len(self._live) + self._opening < self.max_connections):
                 self._opening += 1
@@ -460,6 +475,8 @@ class Directory:
                     self._opening -= 1
                 self._live.append(conn)
             conn.users += 1
+            conn.alone = alone
+            self.peak_in_flight = max(self.peak_in_flight, conn.users)
             healthy = False
             try:
                 yield conn
@@ -470,7 +487,9 @@ class Directory:
                 raise
             finally:
                 conn.users -= 1
-                if not healthy or conn.closed or self._closed:
+                conn.alone = False
+                spare = alone and len(self._live) > self.max_connections
+                if not healthy or conn.closed or self._closed or spare:
                     if conn in self._live:
                         self._live.remove(conn)
                     try:
@@ -479,13 +498,13 @@ class Directory:
                         log.debug("closing an LDAP connection failed", exc_info=True)
 
     async def _run[T](self, what: str, dn: str | None,
-                      call: Callable[[_Connection], Awaitable[T]]) -> T:
+                      call: Callable[[_Connection], Awaitable[T]], *, alone: bool = False) -> T:
         """One request on a pooled connection. A connection that turns out dead (pooled
         connections go stale unnoticed) is dropped and the request retried once on a fresh
         one, which may be another server."""
         for attempt in (1, 2):
             try:
-                async with self._connection() as conn:
+                async with self._connection(alone=alone) as conn:
                     return await asyncio.wait_for(call(conn), self.timeout + 1)
             except _TIMEOUTS:
                 where = f" {dn}" if dn else ""
@@ -504,7 +523,8 @@ class Directory:
     # -- requests --------------------------------------------------------------------------
 
     async def whoami(self) -> str:
-        return str(await self._run("whoami", None, lambda conn: conn.whoami(self.timeout)))
+        return str(await self._run("whoami", None, lambda conn: conn.whoami(self.timeout),
+                                   alone=True))
 
     async def search(self, base: str, scope: Scope = "sub", filter: str = "(objectClass=*)",
                      attrs: Sequence[str] | None = None, *,
@@ -523,7 +543,7 @@ class Directory:
             return [_entry(e) async for e in pages]
 
         try:
-            return await self._run("search", base, call)
+            return await self._run("search", base, call, alone=True)
         except DirectoryError as exc:
             if missing_ok and exc.code == "not_found":
                 return []
