@@ -23,7 +23,7 @@ from cheeto_like.models.generation import collection as marks
 from cheeto_like.operations.group_membership import AddGroupMember
 from cheeto_like.operations.user import CreateUser
 from cheeto_like.operations.user_site import AddSiteUser
-from cheeto_like.store import Store, client_bulk_write_supported, connect
+from cheeto_like.store import Store, Write, client_bulk_write_supported, connect
 
 from ..conftest import module_database
 from ..factories import AUTHOR, make_group, make_site, make_user
@@ -167,3 +167,28 @@ async def test_a_clash_is_explained_after_the_transaction_and_writes_nothing(db)
     assert await History.find_all().count() == history
     assert await User.find({"name": {"$in": ["bob", "carol"]}}).count() == 0
     assert await NameClaim.find({"name": {"$in": ["bob", "carol"]}}).count() == 0
+
+
+async def test_write_together_opens_joins_and_aborts_with_its_transaction(db):
+    """The tail's command (on the embedded store a client bulkWrite sent to ``admin``,
+    writing to this database): as a transaction's first command or after a read, across
+    collections, rolled back whole by an abort and kept whole by a commit."""
+    one, two = db.database["bulk_one"], db.database["bulk_two"]
+    for read_first, commit in ((False, False), (True, False), (False, True)):
+        async with db.client.start_session() as session:
+            await session.start_transaction()
+            if read_first:
+                await one.find_one({}, session=session)
+            LISTENER.names.clear()
+            LISTENER.recording = True
+            await db.write_together(session, [
+                Write("bulk_one", {"_id": f"{read_first}-{commit}"}),
+                Write("bulk_two", {"_id": f"{read_first}-{commit}"})])
+            LISTENER.recording = False
+            assert LISTENER.names == tail(db, "insert", "insert")
+            if commit:
+                await session.commit_transaction()
+            else:
+                await session.abort_transaction()
+    assert [d["_id"] async for d in one.find({})] == ["False-True"]
+    assert [d["_id"] async for d in two.find({})] == ["False-True"]
