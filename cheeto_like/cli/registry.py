@@ -240,6 +240,8 @@ NODES: tuple[Node, ...] = (
       aliases=("rm",)),
     C("ng quota adjust", "ng.quota", "credit (-) or debit (+) usage, with a reason"),
     C("ng quota show", "ng.quota", "used, preallocated, quota and percent at a site"),
+    C("ng quota rebuild-totals", "ng.quota",
+      "recompute a site's running quota totals from its usage ledger"),
     C("ng quota notify", "ng.quota",
       "send the quota threshold notices that are due (once per threshold per period)"),
     G("ng quota defaults", "a site's quotas for users and accounts without one"),

@@ -12,6 +12,7 @@ from .history import History
 from .job_snapshot import JobSnapshot, SnapshotJob
 from .names import NameClaim
 from .quota import Quota, QuotaAdjustment, QuotaDefaults, QuotaNotice
+from .quota_totals import QuotaTotal, QuotaTotalsMark
 from .request import Request
 from .site import Site
 from .slurm import (
@@ -32,7 +33,7 @@ ALL_MODELS: tuple[type[Document], ...] = (
     AutomountMap, StorageVolume, StaticMount, Storage,
     History, HippoEvent, SyncRun, SyncRunItem, SyncStep, SyncLease, NameClaim,
     UsageRecord, UsageCursor, GpuFactor, UsageRate, Quota, QuotaDefaults, QuotaAdjustment,
-    QuotaNotice,
+    QuotaNotice, QuotaTotal, QuotaTotalsMark,
     RoleGrant, ApiKey, RevokedToken, Request, AuditRun, AuditFinding,
     JobSnapshot, SnapshotJob,
 )
@@ -54,6 +55,8 @@ __all__ = [
     "QuotaAdjustment",
     "QuotaDefaults",
     "QuotaNotice",
+    "QuotaTotal",
+    "QuotaTotalsMark",
     "Request",
     "RevokedToken",
     "RoleGrant",
