@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import bson
 from beanie import Document, Insert, Replace, Save, SaveChanges, Update, before_event
+from beanie.odm.utils.dump import get_dict
 from pydantic import BaseModel, ConfigDict, Field
 from pymongo import ASCENDING, DESCENDING, IndexModel
 from pymongo.errors import OperationFailure
@@ -133,6 +134,27 @@ class LDAPSyncable(BaseModel):
             self.ldap.fingerprint = fingerprint
             self.ldap.modified_at = utcnow()
             self.ldap.version = self.ldap.version + 1 if self.ldap.version else first_version()
+
+
+def insert_document(doc: Document) -> dict[str, Any]:
+    """The document ``doc.insert()`` would send, with the one before-insert hook our
+    models have (``LDAPSyncable``'s fingerprint) run, but without beanie's
+    ``validate_on_save`` re-validation: the model validated every field when it was
+    built (and ``validate_assignment`` every later set), so validating it again is
+    the same check twice. For writes held back to an operation's tail
+    (``Operation.insert_later``).
+
+    pydantic's own ``model_dump`` (by alias, without beanie's unused ``revision_id``)
+    gives the same dict as beanie's encoder for documents of plain fields, 30x faster
+    (3 us against 100-160 us a document); ``tests/operations/test_insert_document.py``
+    holds them equal for the documents the write path inserts. A model that drops
+    nulls or keeps revisions gets beanie's encoder."""
+    if isinstance(doc, LDAPSyncable):
+        doc.refresh_ldap_fingerprint()
+    settings = doc.get_settings()
+    if not settings.keep_nulls or settings.use_revision:
+        return get_dict(doc, to_db=True, keep_nulls=settings.keep_nulls)
+    return doc.model_dump(by_alias=True, exclude={"revision_id"})
 
 
 def index(*fields: str, unique: bool = False, **kwargs: Any) -> IndexModel:
