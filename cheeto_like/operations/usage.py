@@ -37,7 +37,7 @@ from ..models.usage import (
     RateTable,
     UsageCursor,
     UsageRecord,
-    charge_gpus,
+    charge_gpu_dicts,
     cpu_minutes,
     fingerprint,
     price,
@@ -102,16 +102,16 @@ def record_content(site: str, job: SacctJob, factors: FactorTable,
     it only when a rate applies (``models.usage.price`` at the job's start), so records
     of a site without rates keep the fingerprints they had before money existed."""
     started = job.start or job.end
-    gpus = charge_gpus(job.tres.gpus, job.elapsed_s, started, factors)
+    gpus = charge_gpu_dicts(job.tres.gpus, job.elapsed_s, started, factors)
     content: dict[str, Any] = {
         "site": site, "cluster": job.cluster, "job_id": job.job_id, "user": job.user,
         "account": job.account, "partition": job.partition, "qos": job.qos,
         "state": job.state, "start": job.start, "end": job.end,
         "end_epoch": int(job.end.timestamp()), "day": job.end.astimezone(UTC).date().isoformat(),
         "elapsed_s": job.elapsed_s, "cpus": job.tres.cpus, "mem_mb": job.tres.mem_mb,
-        "gpus": [g.model_dump() for g in gpus],
+        "gpus": gpus,
         "cpu_minutes": cpu_minutes(job.tres.cpus, job.elapsed_s),
-        "gpu_minutes": round(sum(g.minutes for g in gpus), 4)}
+        "gpu_minutes": round(sum(g["minutes"] for g in gpus), 4)}
     if rates:
         cost = price(content["cpu_minutes"], content["gpu_minutes"],
                      rates.rate(job.partition, started))

@@ -75,13 +75,15 @@ async def statuses(site: str, *, totals: bool) -> list[dict]:
 
 def test_the_fast_ledger_document_is_the_validated_one(store):
     factors_now = datetime(2026, 1, 1, tzinfo=UTC)
-    from cheeto_like.models.usage import FactorTable, RateTable
+    from cheeto_like.models.usage import FactorTable, RateTable, charge_gpus
     factors = FactorTable.build([("a100", factors_now, 2.0)])
     rates = RateTable.build([], {"*": (0.5, 3.0)})
     for sacct in (job("1"), job("2_3", "bob", tres="cpu=4,gres/gpu:a100=2,gres/gpu=2"),
                   job("4+1", minutes=61, tres="cpu=1,gres/gpu=1")):
         for card in (None, rates):
             content = record_content("farm", sacct, factors, card)
+            assert content["gpus"] == [g.model_dump() for g in charge_gpus(
+                sacct.tres.gpus, sacct.elapsed_s, sacct.start, factors)]
             fast = ledger_doc(f"farm/farm/{sacct.job_id}", content, fingerprint(content),
                               NOW)
             slow = build_record("farm", sacct, factors, rates=card)
