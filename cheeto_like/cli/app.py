@@ -283,7 +283,9 @@ def command(*path: str, help: str, store: bool | Literal["read"] = False,
     ``store="read"`` is for a command that only reads: it connects without a writer's
     start-up work (creating every collection's indexes, migrating the names registry),
     which is two round trips per model, about 80 on each call, more than the command's
-    own reads. The next writer's connect does that work.
+    own reads. The next writer's connect does that work. It binds only the documents
+    imported by then (``Store.bind(only_loaded=True)``), so the command's module must
+    import what it reads at module level (through its queries), not inside a handler.
 
     ``config=False`` (built-ins such as ``help``) runs a plain function without reading
     the config: it gets no ``args.ctx``, only ``args._cheeto_stdout``. ``progress`` names
@@ -402,7 +404,7 @@ async def _run_handler(args: argparse.Namespace, handler: Handler) -> int | None
     if needs := getattr(handler, "needs_store", False):
         refuse_client_only(ctx.config)
         ctx.store = await connect(ctx.config.mongo, notify=ctx.out.info,
-                                  create_indexes=needs != "read")
+                                  create_indexes=needs != "read", only_loaded=needs == "read")
         await _canonical_sites(args)
     label = getattr(handler, "progress_label", None)
     try:
