@@ -28,6 +28,7 @@ import bonsai
 from bonsai import LDAPClient, LDAPEntry, LDAPModOp, LDAPSearchScope
 from bonsai._bonsai import ldapconnection
 from bonsai.asyncio import AIOLDAPConnection
+from bonsai.ldapvaluelist import LDAPValueList
 from pydantic import SecretStr
 
 from ..config import LDAPConfig
@@ -211,6 +212,21 @@ def _entry(raw: Any) -> Entry:
     for name, values in raw.items(exclude_dn=True):
         attrs[name.lower()] = tuple(_text(v) for v in values)
     return Entry(str(raw.dn), attrs)
+
+
+def _value_list(values: list[str]) -> LDAPValueList | list[str]:
+    """The values of one attribute of an add, as bonsai keeps them. ``LDAPValueList``
+    checks each value against the others one by one (60 of the 80 µs an entry took to
+    build, 34,000 entries in a full sync); values already unique ignoring case are
+    handed over as a filled list marked added (what its own ``extend`` leaves), anything
+    else goes through bonsai's checks (which refuse the duplicate, as before)."""
+    if len({v.lower() for v in values}) != len(values):
+        return values
+    filled = LDAPValueList()
+    list.extend(filled, values)
+    filled.added.extend(values)
+    filled.status = 1
+    return filled
 
 
 # -- errors --------------------------------------------------------------------------------
@@ -557,12 +573,16 @@ class Directory:
         return await self.get(dn, ["1.1"]) is not None
 
     async def add(self, dn: str, attrs: Mapping[str, Iterable[str]]) -> None:
-        async def call(conn: _Connection) -> None:
+        try:  # built once, also for the retry on a fresh connection
             entry = LDAPEntry(dn)
             for name, values in attrs.items():
-                listed = list(values)
+                listed = [str(v) for v in values]
                 if listed:
-                    entry[name] = listed
+                    entry[name] = _value_list(listed)
+        except bonsai.LDAPError as exc:  # a malformed DN
+            raise _translate(exc, "add", dn) from None
+
+        async def call(conn: _Connection) -> None:
             await conn.add(entry)  # _run's wait_for is the time limit
 
         await self._run("add", dn, call)
