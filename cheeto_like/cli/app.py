@@ -494,6 +494,19 @@ def main(argv: list[str] | None = None, *, stdout: IO[str] | None = None,
     return _run(args, handler, stdout=stdout, stderr=err, stdin=stdin)
 
 
+def startup_done() -> None:
+    """Turn garbage collection back on if the console script turned it off for the
+    start-up (``console_main``), first freezing what start-up made (modules, classes,
+    schemas: they live as long as the process), so no later pass scans it again. Long
+    commands (daemons, syncs) then collect as usual. In-process callers (tests) never
+    turned it off, and nothing is frozen for them."""
+    import gc
+
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
+
+
 def _run(args: argparse.Namespace, handler: Handler, *, stdout: IO[str] | None,
          stderr: IO[str], stdin: IO[str] | None) -> int:
     import asyncio
@@ -507,6 +520,7 @@ def _run(args: argparse.Namespace, handler: Handler, *, stdout: IO[str] | None,
     _setup_logging(args, out)
     try:
         config = load_config(getattr(args, "config", None), getattr(args, "profile", None))
+        startup_done()
         author = getattr(args, "author", None) or os.environ.get("USER") or _login_name()
         args.ctx = Context(out=out, config=config, author=author,
                            stdin=stdin if stdin is not None else sys.stdin)
