@@ -2,8 +2,9 @@
 ``CommandListener`` on this module's own client against the real store: the write path's
 cost is mostly round trips (bench/ops.py), so one more shows here before it shows there.
 
-Each operation's transaction ends with one command carrying its held-back LDAP version
-bumps, generation marks and History row (``Store.write_together``: a client
+Each operation reads what it checks in one command (``queries.together``), and its
+transaction ends with one command carrying its held-back inserts, LDAP version bumps,
+generation marks and History row (``Store.write_together``: a client
 ``bulkWrite`` where the store has it, the embedded store and MongoDB 8.0), then the
 commit. Counting stops at the first ``commitTransaction``: the compaction that follows
 now and then (``generations.after_commit``) is not the operation's."""
