@@ -17,6 +17,13 @@ writes and the store commands of each run. The in-run yardstick is the ``--full`
     .venv/bin/python bench/ldap_sync.py [--users 10000] [--groups 2000] [--concurrency 8]
                                         [--key-type ed25519|rsa4096]
                                         [--desired-only [--rounds 5] [--baseline TREE]]
+                                        [--vs-ldapadd [--rounds 5] [--connections N]]
+
+``--vs-ldapadd`` (issue 31): the full sync into an empty directory against ``ldapadd`` of
+the same LDIF (a dry run's adds, in plan order) on the same slapd: per round each side
+gets a freshly started slapd (same configuration, only the suffix entry), the sides
+alternate which goes first, and the JSON holds both sides' wall, entries/s, client and
+slapd CPU (min, median), the ratio per round, and the load average.
 
 ``--key-type rsa4096`` gives every user a well-formed RSA-4096 public key (~730
 characters, what makes the site-wide key read large: issue 24). ``--desired-only`` needs
