@@ -738,7 +738,7 @@ async def test_grouped_reads_in_parts_limit_and_id_ranges(empty_db, monkeypatch)
 
 
 async def test_one_row_group_counts_and_takes_the_latest_datetime_of_a_dotted_path(empty_db):
-    """``sync.ldap_mark.fingerprint``: ``$group`` on null with ``$sum: 1`` and ``$max`` of
+    """``sync.ldap.mark.fingerprint``: ``$group`` on null with ``$sum: 1`` and ``$max`` of
     ``ldap.modified_at``/``updated_at`` answers one row; the max is opaque (the embedded
     store answers the stored text, MongoDB a datetime) but moves when a document is
     saved or stamped by ``$currentDate`` later, and stays put otherwise. A columns read of
@@ -778,7 +778,7 @@ async def test_one_row_group_counts_and_takes_the_latest_datetime_of_a_dotted_pa
 
 
 async def test_current_date_and_set_upserts_by_id_on_a_raw_collection(empty_db):
-    """``sync.ldap_mark``: the site's mark document is created by a ``$currentDate``
+    """``sync.ldap.mark``: the site's mark document is created by a ``$currentDate``
     upsert (the store's clock, read back as a tz-aware datetime), then ``$set`` by ``_id``
     with ints, lists of strings and a dict of int lists (no datetimes: a ``$set``
     datetime comes back as a string on the embedded store)."""

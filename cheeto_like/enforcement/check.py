@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from ..adapters.scontrol import SControl
 from ..config.slurm import QuotaEnforcement
 from ..models.quota import Quota, QuotaDefaults
-from ..sync.slurm_quota import limits_in_force
+from ..sync.slurm.quota import limits_in_force
 from .render import parse_show_config, warnings_for
 
 

@@ -73,7 +73,7 @@ class LDAPInfo(Embedded):
     (``synced_version.<site>``, or the site's mark), so a write committed after that
     read, however late or whatever its writer's clock said, leaves a different version
     and stays dirty. ``modified_at`` and ``synced`` (times) are for display. A storage's
-    synced token also names its map and volume (``sync.ldap_desired``), so
+    synced token also names its map and volume (``sync.ldap.desired``), so
     ``needs_sync`` is for users and groups.
     """
 

@@ -11,7 +11,7 @@ Ground rules (all tests share one slurmdbd per session):
   EOF sacctmgr loops forever printing "Y or N please" (see test_without_i_*);
 * expected failures are few: each takes ~10-30 ms here, but they are not free.
 
-The normalisers the reconciler uses (cheeto_like.sync.slurm_state, walltime_minutes) are
+The normalisers the reconciler uses (cheeto_like.sync.slurm.state, walltime_minutes) are
 checked here against real output, so the parsers and the facts cannot drift apart.
 """
 
@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from cheeto_like.models.slurm import walltime_minutes
-from cheeto_like.sync.slurm_state import parse_mem, render_mem
-from cheeto_like.sync.slurm_state import parse_tres as parse_tres_cell
+from cheeto_like.sync.slurm.state import parse_mem, render_mem
+from cheeto_like.sync.slurm.state import parse_tres as parse_tres_cell
 from tests.services.slurm import SlurmAccounting
 
 Proc = subprocess.CompletedProcess[str]
@@ -892,7 +892,7 @@ def test_coordinators(mgr: Mgr) -> None:
 def test_every_limit_column_reads_back_and_minus_one_clears_it(mgr: Mgr) -> None:
     """The column names the sync reads (``format=``) and writes (``set``) for limits the
     store does not manage; user rows read with WOPLimits show only their own values."""
-    from cheeto_like.sync.slurm_limits import (
+    from cheeto_like.sync.slurm.limits import (
         ASSOC_LIMIT_FORMAT,
         ASSOC_LIMITS,
         QOS_LIMIT_FORMAT,
@@ -940,9 +940,9 @@ def test_quota_blocks_grptresmins_zero_reads_back_and_mixed_set_clears(mgr: Mgr)
     """§12: a quota block (``GrpTRESMins=cpu=0``) on a user row and an account row reads
     back as ``cpu=0`` with WOPLimits; one ``GrpTRESMins=cpu=0,mem=-1`` sets one key and
     clears another; adding rows with the block works in the same call."""
-    from cheeto_like.sync.slurm_actual import parse_limit_rows, with_limits
-    from cheeto_like.sync.slurm_limits import ASSOC_LIMIT_FORMAT, tres_mins_args
-    from cheeto_like.sync.slurm_state import AccountState, AssocKey, AssocState
+    from cheeto_like.sync.slurm.actual import parse_limit_rows, with_limits
+    from cheeto_like.sync.slurm.limits import ASSOC_LIMIT_FORMAT, tres_mins_args
+    from cheeto_like.sync.slurm.state import AccountState, AssocKey, AssocState
 
     c = mgr.cluster("cfquota")
     mgr.run("add", "account", "cfa_q", f"cluster={c}", "GrpTRESMins=gres/gpu=0")

@@ -66,7 +66,7 @@ async def test_demo_user_sees_usage_bars(demo_app) -> None:  # type: ignore[no-u
 
 
 async def test_demo_user_can_submit(demo_app) -> None:  # type: ignore[no-untyped-def]
-    from cheeto_like.sync.slurm_why import explain
+    from cheeto_like.sync.slurm.why import explain
 
     why = await explain("farm", DEMO_USER, runner=None, scontrol=None)
     assert why["wanted"]["can_submit"], why["summary"]

@@ -25,8 +25,8 @@ from itertools import compress, filterfalse, groupby
 from operator import itemgetter, ne, not_
 from typing import Any, Literal
 
-from .slurm_limits import ASSOC_LIMITS, QOS_LIMITS, reset_args, tres_mins_args
-from .slurm_state import (
+from .limits import ASSOC_LIMITS, QOS_LIMITS, reset_args, tres_mins_args
+from .state import (
     TRES,
     AccountState,
     AssocKey,

@@ -41,9 +41,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from ..models.quota import Quota, QuotaDefaults
-from ..queries.quota import QuotaStatus, ResourceStatus, quota_status
-from .slurm_state import TRES, AssocKey, AssocState, SlurmState, tres
+from ...models.quota import Quota, QuotaDefaults
+from ...queries.quota import QuotaStatus, ResourceStatus, quota_status
+from .state import TRES, AssocKey, AssocState, SlurmState, tres
 
 GPU_TRES = "gres/gpu"  # counts every GPU type; typed keys are left to the site
 TRES_OF = {"cpu": "cpu", "gpu": GPU_TRES}
