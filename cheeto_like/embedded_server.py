@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from . import store_files
-from .embedded import (
+from .embedded_common import (
     IDENTITY_COMMAND,
     SOCKET_NAME,
     TOKEN_ENV,
