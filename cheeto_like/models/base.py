@@ -214,7 +214,7 @@ async def grouped(model: type[Document], match: dict[str, Any], key: str, value:
     normalised: a list key as a tuple (the embedded store returns it as JSON text), a
     missing field as None. Never group on a datetime: the embedded store returns its
     stored form, which differs with how the value was written (see
-    tests/test_store_conformance.py); ask for the few records that have one instead.
+    tests/test_store_conformance*.py); ask for the few records that have one instead.
     """
     found: dict[Any, list[Any]] = {}
     for group, (values,) in (await grouped_columns(model, match, key, value,

@@ -4,7 +4,7 @@ Every read is ``sacctmgr -i -P -n show … format=…`` and scoped to the cluste
 Slurm scopes the entity (associations, default accounts); QOS and coordinators are
 global in slurmdbd, so QOS carry an ownership tag (``Description=cheeto:<cluster>``) and
 only our accounts' coordinators are compared. The formats and output shapes are pinned
-in docs/sacctmgr-notes.md and tests/adapters/test_sacctmgr_conformance.py.
+in docs/sacctmgr-notes.md and tests/adapters/test_sacctmgr_*.py.
 """
 
 from __future__ import annotations
