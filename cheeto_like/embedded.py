@@ -6,7 +6,7 @@ its identity (``instance.id``) and, by default, the Unix socket it listens on
 both the server's identity and its access control: only its owner can reach the socket.
 TCP is opt-in (``embedded.listen: tcp``, for containers) and then needs a credential
 (``token_value``). ``python -m cheeto_like.embedded ARGS`` runs the server
-(``embedded_server.main``), which is how both ``cheeto db serve`` and the background
+(``embedded_server.process.main``), which is how both ``cheeto db serve`` and the background
 auto-start launch it. This module is the client side: paths, start/stop, and the check
 that the server reached serves the data directory the config names; what client and
 server share (file names, the token's variable, the identity command) is
@@ -323,6 +323,6 @@ class EmbeddedServer:
 
 
 if __name__ == "__main__":
-    from .embedded_server import main
+    from .embedded_server.process import main
 
     main(sys.argv[1:])

@@ -1,5 +1,5 @@
 """What the embedded store's client (``embedded.py``) and its server process
-(``embedded_server.py``) agree on: the data directory's file names, the token's
+(``embedded_server/``) agree on: the data directory's file names, the token's
 environment variable and user, the identity command, and how its small private files
 are written. Both import this module and not each other (issue 32: the server used to
 import the client for these)."""
