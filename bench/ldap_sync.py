@@ -17,6 +17,13 @@ writes and the store commands of each run. The in-run yardstick is the ``--full`
     .venv/bin/python bench/ldap_sync.py [--users 10000] [--groups 2000] [--concurrency 8]
                                         [--key-type ed25519|rsa4096]
                                         [--desired-only [--rounds 5] [--baseline TREE]]
+                                        [--vs-ldapadd [--rounds 5] [--connections N]]
+
+``--vs-ldapadd`` (issue 31): the full sync into an empty directory against ``ldapadd`` of
+the same LDIF (a dry run's adds, in plan order) on the same slapd: per round each side
+gets a freshly started slapd (same configuration, only the suffix entry), the sides
+alternate which goes first, and the JSON holds both sides' wall, entries/s, client and
+slapd CPU (min, median), the ratio per round, and the load average.
 
 ``--key-type rsa4096`` gives every user a well-formed RSA-4096 public key (~730
 characters, what makes the site-wide key read large: issue 24). ``--desired-only`` needs
@@ -237,6 +244,162 @@ async def run(store: Store, server: Slapd, users: int, groups: int,
     return results
 
 
+# -- the full sync against ldapadd of the same LDIF (issue 31) -----------------------------
+
+_LDIF_SAFE_INIT = frozenset(" :<")
+
+
+def ldif_value(attr: str, value: str) -> str:
+    """One ``attr: value`` LDIF line (RFC 2849): base64 (``::``) when the value is not a
+    SAFE-STRING (non-ASCII, a control character, a leading space, colon or ``<``, a
+    trailing space)."""
+    raw = value.encode()
+    safe = value.isascii() and not any(c in "\0\n\r" for c in value) \
+        and not (value and (value[0] in _LDIF_SAFE_INIT or value[-1] == " "))
+    if safe:
+        return f"{attr}: {value}"
+    return f"{attr}:: {base64.b64encode(raw).decode()}"
+
+
+def plan_ldif(planned: Any) -> tuple[str, int]:
+    """The LDIF of every add a plan from an empty directory makes, in the plan's order
+    (containers first): what ``ldapadd`` is given. Returns (text, entries)."""
+    blocks = []
+    for change in planned.changes:
+        if change.op != "add" or change.entry is None:
+            raise SystemExit(f"the plan from an empty directory holds a {change.op}: {change}")
+        lines = [ldif_value("dn", change.dn)]
+        lines += [ldif_value(name, value) for name, values in change.entry.as_ldap().items()
+                  for value in values]
+        blocks.append("\n".join(lines) + "\n")
+    return "\n".join(blocks), len(blocks)
+
+
+def _ldap_config(server: Slapd, connections: int) -> LDAPConfig:
+    return LDAPConfig(
+        servers=[server.uri], searchbase=server.suffix, user_base=f"ou=people,{server.suffix}",
+        login_dn=server.root_dn, password=server.root_password, use_tls=True,
+        ca_file=server.ca_file, pool_max_connections=max(connections, 1),
+        request_timeout_seconds=300)
+
+
+def _count(server: Slapd) -> int:
+    return server.ldapsearch(server.suffix, "(objectClass=*)", "1.1").count("dn: ")
+
+
+async def _sync_side(store: Store, server: Slapd, concurrency: int,
+                     connections: int) -> dict[str, Any]:
+    """One full sync (the whole ``sync.run``: lease, store reads, directory listing, plan,
+    apply, journal, site mark) into the fresh directory; no mark from an earlier round."""
+    from cheeto_like.sync.ldap.mark import forget_marks
+
+    await forget_marks()
+    config = _ldap_config(server, connections)
+    scope = sync.scope_for(config, kinds=frozenset({"users", "groups", "automounts", "prune"}),
+                           full=True)
+    cpu = time.process_time()
+    started = time.perf_counter()
+    report = await sync.run(store, config, SITE, scope=scope, concurrency=concurrency,
+                            max_deletions=50, author=AUTHOR)
+    wall = time.perf_counter() - started
+    if not report.ok:
+        raise SystemExit(f"the full sync failed: {report.failed[:3]}")
+    return {"wall_s": wall, "client_cpu_s": time.process_time() - cpu,
+            "writes": sum(report.writes.values()), "phases_s": report.timings}
+
+
+async def _ldapadd_side(server: Slapd, ldif: Path, secret: Path) -> dict[str, Any]:
+    """``ldapadd`` of the LDIF over the same transport as the sync (StartTLS, ``-ZZ``),
+    bound as the same DN; the password from a file (never in argv)."""
+    argv = ["ldapadd", "-x", "-ZZ", "-H", server.uri, "-D", server.root_dn, "-y", str(secret),
+            "-f", str(ldif)]
+    started = time.perf_counter()
+    before = os.times()
+    proc = await asyncio.create_subprocess_exec(
+        *argv, env=server.client_env(), stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE)
+    _, err = await proc.communicate()
+    wall = time.perf_counter() - started
+    after = os.times()
+    if proc.returncode:
+        raise SystemExit(f"ldapadd failed ({proc.returncode}): {err.decode()[-300:]}")
+    return {"wall_s": wall, "client_cpu_s": (after.children_user - before.children_user)
+            + (after.children_system - before.children_system)}
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    import statistics
+
+    return {"min": round(min(values), 3), "median": round(statistics.median(values), 3)}
+
+
+async def run_vs_ldapadd(store: Store, tmp: Path, opts: Any) -> dict[str, Any]:
+    """Seed once; per round, each side into a freshly started slapd (same binary, same
+    configuration, only the suffix entry), the sides alternating which goes first."""
+    progress(f"building {opts.users} users and {opts.groups} groups in the store")
+    await build_site(opts.users, opts.groups, opts.key_type)
+    load = [os.getloadavg()]
+    with Slapd(tmp, organizational_units=()) as server:  # the LDIF: a dry run's plan
+        config = _ldap_config(server, opts.connections)
+        dry = await sync.run(store, config, SITE, dry_run=True, scope=sync.scope_for(
+            config, kinds=frozenset({"users", "groups", "automounts", "prune"}), full=True))
+        text, entries = plan_ldif(dry.plan)
+    ldif = tmp / "site.ldif"
+    ldif.write_text(text)
+    secret = tmp / "bind-secret"
+    secret.touch(mode=0o600)
+    secret.write_text(server.root_password)  # -y reads the whole file: no newline
+    progress(f"LDIF: {entries} entries, {len(text) / 2**20:.1f} MiB")
+    sides: dict[str, list[dict[str, Any]]] = {"sync": [], "ldapadd": []}
+    ratios = []
+    for round_ in range(opts.rounds):
+        order = ("sync", "ldapadd") if round_ % 2 == 0 else ("ldapadd", "sync")
+        got: dict[str, dict[str, Any]] = {}
+        for side in order:
+            with Slapd(tmp, organizational_units=()) as server:
+                slapd_pid = server._proc.pid if server._proc else 0
+                slapd_cpu = _cpu_s(slapd_pid)
+                if side == "sync":
+                    got[side] = await _sync_side(store, server, opts.concurrency,
+                                                 opts.connections)
+                else:
+                    got[side] = await _ldapadd_side(server, ldif, secret)
+                got[side]["slapd_cpu_s"] = _cpu_s(slapd_pid) - slapd_cpu
+                got[side]["entries"] = _count(server) - 1  # the suffix entry was there
+            if got[side]["entries"] != entries:
+                raise SystemExit(f"{side} left {got[side]['entries']} entries, not {entries}")
+            sides[side].append(got[side])
+        ratio = got["ldapadd"]["wall_s"] / got["sync"]["wall_s"]
+        ratios.append(ratio)
+        load.append(os.getloadavg())
+        progress(f"  round {round_ + 1}: sync {got['sync']['wall_s']:.2f}s "
+                 f"({entries / got['sync']['wall_s']:.0f}/s, phases {got['sync']['phases_s']}, "
+                 f"cpu {got['sync']['client_cpu_s']:.1f}+{got['sync']['slapd_cpu_s']:.1f}s), "
+                 f"ldapadd {got['ldapadd']['wall_s']:.2f}s "
+                 f"(cpu {got['ldapadd']['client_cpu_s']:.1f}+{got['ldapadd']['slapd_cpu_s']:.1f}s) "
+                 f"({entries / got['ldapadd']['wall_s']:.0f}/s); ratio {ratio:.3f}")
+    result: dict[str, Any] = {"entries": entries, "rounds": opts.rounds,
+                              "ldif_mib": round(len(text) / 2**20, 2)}
+    for side, runs in sides.items():
+        walls = [r["wall_s"] for r in runs]
+        result[side] = {"wall_s": _summary(walls),
+                        "entries_per_s": _summary([entries / w for w in walls]),
+                        "client_cpu_s": _summary([r["client_cpu_s"] for r in runs]),
+                        "slapd_cpu_s": _summary([r["slapd_cpu_s"] for r in runs])}
+    apply = [r["phases_s"].get("apply", 0.0) for r in sides["sync"]]
+    result["sync"]["apply_phase_s"] = _summary(apply)
+    result["sync"]["phases_s_median_round"] = sorted(
+        sides["sync"], key=lambda r: r["wall_s"])[len(apply) // 2]["phases_s"]
+    result["ratio_sync_over_ldapadd"] = {
+        **_summary(ratios), "per_round": [round(r, 3) for r in ratios],
+        "of_medians": round(result["sync"]["entries_per_s"]["median"]
+                            / result["ldapadd"]["entries_per_s"]["median"], 3)}
+    result["load_average"] = {"start": [round(x, 2) for x in load[0]],
+                              "end": [round(x, 2) for x in load[-1]],
+                              "max_1min": round(max(x[0] for x in load), 2)}
+    return result
+
+
 DESIRED_CONFIG = {"servers": ["ldap://ldap.example.org"], "searchbase": "dc=example,dc=org",
                   "user_base": "ou=people,dc=example,dc=org"}
 NAIVE_READS = {  # what desired_state read as one $group document each before issue 24
@@ -342,13 +505,20 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, default=10_000)
     parser.add_argument("--groups", type=int, default=2_000)
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=8,
+                        help="LDAP writes in flight (the sync's --concurrency)")
+    parser.add_argument("--connections", type=int, default=None,
+                        help="with --vs-ldapadd: pool_max_connections (default: as many "
+                             "as --concurrency)")
     parser.add_argument("--key-type", choices=sorted(KEY_TYPES), default="ed25519",
                         help="every user's SSH key: ed25519 (68 bytes) or rsa4096 (~730)")
     parser.add_argument("--desired-only", action="store_true",
                         help="time only the full desired-state build (no slapd needed)")
     parser.add_argument("--rounds", type=int, default=5,
-                        help="with --desired-only: fresh-process runs per tree")
+                        help="with --desired-only or --vs-ldapadd: rounds per side")
+    parser.add_argument("--vs-ldapadd", action="store_true",
+                        help="the full sync into an empty directory against ldapadd of the "
+                             "same LDIF on the same slapd, alternating, --rounds rounds")
     parser.add_argument("--baseline", metavar="TREE", default=None,
                         help="with --desired-only: another checkout, measured alternately")
     opts = parser.parse_args()
@@ -368,6 +538,25 @@ async def main() -> None:
                           "lab_groups": opts.groups, "key_type": opts.key_type,
                           "load_average": [round(x, 2) for x in os.getloadavg()],
                           **result}, indent=2))
+        return
+    if opts.vs_ldapadd:
+        opts.connections = opts.connections or opts.concurrency
+        with tempfile.TemporaryDirectory(prefix="cheeto-ldap-bench-") as tmp:
+            embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())
+            server = throwaway_server(embedded)
+            server.start_background()
+            try:
+                store = await connect(MongoConfig(embedded=embedded, database="bench_ldap"),
+                                      autostart=False)
+                result = await run_vs_ldapadd(store, Path(tmp), opts)
+                await store.close()
+            finally:
+                server.stop()
+        print(json.dumps({"store": "embedded nx-27017", "slapd": "OpenLDAP 2.5 (real, mdb)",
+                          "transport": "StartTLS on 127.0.0.1, both sides",
+                          "users": opts.users, "lab_groups": opts.groups,
+                          "concurrency": opts.concurrency, "connections": opts.connections,
+                          "key_type": opts.key_type, **result}, indent=2))
         return
     with tempfile.TemporaryDirectory(prefix="cheeto-ldap-bench-") as tmp:
         embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())

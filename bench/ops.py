@@ -134,16 +134,23 @@ async def rounds(store: Store, counter: CommandCounter, users: int,
     for r in range(count):
         operations = per_round * OPS_PER_USER
         sides: dict[str, float] = {}
+        cpu: dict[str, float] = {}
         order = ("ours", "floor") if r % 2 == 0 else ("floor", "ours")
         for side in order:
+            started_cpu = time.process_time()
             if side == "ours":
                 sides["ours"] = await ours(store, counter, r * per_round, per_round,
                                            ops_done)
             else:
                 sides["floor"] = await floor(store, counter, operations)
+            cpu[side] = time.process_time() - started_cpu
         row = {"round": r + 1, "first": order[0], "operations": operations,
                "ours_ops_s": round(operations / sides["ours"], 1),
-               "floor_ops_s": round(operations / sides["floor"], 1)}
+               "floor_ops_s": round(operations / sides["floor"], 1),
+               # this process's CPU per operation: less at the mercy of the machine's
+               # load than the wall rates (the store server's CPU is not in it)
+               "ours_client_cpu_ms": round(cpu["ours"] / operations * 1000, 3),
+               "floor_client_cpu_ms": round(cpu["floor"] / operations * 1000, 3)}
         row["ratio"] = round(row["ours_ops_s"] / row["floor_ops_s"], 3)
         rows.append(row)
         progress(f"  round {r + 1}: ours {row['ours_ops_s']} ops/s, floor "
@@ -162,6 +169,9 @@ async def rounds(store: Store, counter: CommandCounter, users: int,
         "ours_ops_s": summary([r["ours_ops_s"] for r in rows]),
         "floor_ops_s": summary([r["floor_ops_s"] for r in rows]),
         "ratio": summary([r["ratio"] for r in rows]),
+        "client_cpu_ms_per_operation": {
+            "ours": summary([r["ours_client_cpu_ms"] for r in rows]),
+            "floor": summary([r["floor_client_cpu_ms"] for r in rows])},
         "commands_per_operation": {
             "ours": round(ours_commands / total_ops, 2),
             "floor": round(counter.counts["floor"] / (count * per_round * OPS_PER_USER), 2),

@@ -12,7 +12,7 @@ Prints one JSON object on stdout; progress on stderr.
     .venv/bin/python bench/slurm_plan.py [--users 20000] [--groups 1000] [--qos 500]
                                          [--new-groups N] [--new-users 1000]
                                          [--store-only] [--rounds 3]
-    .venv/bin/python bench/slurm_plan.py --reference live [--qos 1500] [--rounds 5]
+    .venv/bin/python bench/slurm_plan.py --reference live [--rounds 5]  # 1,500 QOS
 
 Needs the Slurm packages (scripts/install-system-deps.sh), except with ``--store-only``
 and ``--reference live``. With ``--store-only``, slurmdbd's side is the converged state
@@ -493,7 +493,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, default=20_000)
     parser.add_argument("--groups", type=int, default=1_000)
-    parser.add_argument("--qos", type=int, default=500)
+    parser.add_argument("--qos", type=int, default=None,
+                        help="QOS at the site (default 500; 1,500 with --reference live)")
     parser.add_argument("--new-groups", type=int, default=None,
                         help="how many groups the new users join (default: all)")
     parser.add_argument("--new-users", type=int, default=1_000,
@@ -516,10 +517,10 @@ async def main() -> None:
             parser.error("--reference live takes neither --store-only nor --baseline")
         if opts.rounds is not None and opts.rounds < 5:
             parser.error("--reference live needs --rounds 5 or more")
-        result = await run_live(opts.users, opts.groups, opts.qos, opts.rounds or 5)
+        result = await run_live(opts.users, opts.groups, opts.qos or 1_500, opts.rounds or 5)
         print(json.dumps({"store": "embedded nx-27017", **result}, indent=2))
         return
-    opts.rounds = opts.rounds or 3
+    opts.rounds, opts.qos = opts.rounds or 3, opts.qos or 500
     if opts.store_only:
         with tempfile.TemporaryDirectory(prefix="cheeto-slurm-bench-") as tmp:
             embedded = EmbeddedStoreConfig(path=Path(tmp) / "store", port=free_port())

@@ -9,10 +9,17 @@
   the number of store commands each one sent (constant in the number of jobs: the
   aggregation runs in the store);
 - the quota blocks the Slurm sync's desired state computes for 1,000 users and 100
-  accounts under default quotas (sync/slurm/quota.py), with its store commands.
+  accounts under default quotas (sync/slurm/quota.py), with its store commands;
+- issue 31: the ingest against its floor (the same lines parsed + ``insert_many`` of
+  plain documents into the same ledger collection), alternating the two
+  sides, ``--rounds`` rounds, min and median, and the ratio of the medians; and the
+  quota part of the Slurm sync, ``ng quota show`` (the site-wide status) and ``ng usage
+  summary`` (the platform summary) at 10k ledger rows and at ``--ledger`` rows (the
+  running totals built with the bulk top-up, as the charge path keeps them), with the
+  ratio large / 10k.
 Prints one JSON object on stdout; progress on stderr.
 
-    .venv/bin/python bench/usage.py [--rows 100000] [--ledger 1000000]
+    .venv/bin/python bench/usage.py [--rows 100000] [--ledger 1000000] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -35,9 +44,12 @@ from pymongo import monitoring
 
 from cheeto_like.adapters.sacct import parse_output
 from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
-from cheeto_like.models import QuotaDefaults, Site, UsageRecord
+from cheeto_like.models import QuotaDefaults, QuotaTotal, Site, UsageRecord
+from cheeto_like.models.fields import new_id
 from cheeto_like.models.usage import FactorTable
+from cheeto_like.operations.quota_totals import Deltas, apply
 from cheeto_like.operations.usage import build_record, ingest
+from cheeto_like.queries.quota import platform_summary, quota_status
 from cheeto_like.queries.usage import Rate, usage_report
 from cheeto_like.store import connect
 from cheeto_like.sync.slurm.quota import quota_blocks
@@ -92,25 +104,137 @@ def sacct_lines(count: int, first_id: int, seed: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-async def top_up(total: int, have: int, factors: FactorTable) -> float:
+async def top_up(store: Any, total: int, have: int, factors: FactorTable,
+                 next_id: int = 10_000_000) -> float:
     """Bulk-insert records (built like ingest builds them) until the ledger holds
-    ``total``; returns the seconds it took."""
+    ``total``, and move the running quota totals by them (what the charge path does,
+    in one ``$inc`` per subject and month at the end); returns the seconds it took."""
     started = time.monotonic()
     collection = UsageRecord.get_pymongo_collection()
-    next_id = 10_000_000
+    deltas = Deltas()
     while have < total:
         n = min(CHUNK * 4, total - have)
         parsed = parse_output(sacct_lines(n, next_id, seed=next_id))
         docs = [build_record(SITE, job, factors) for job in parsed.jobs]
+        for doc in docs:
+            deltas.add(SITE, doc, +1)
         for start in range(0, len(docs), CHUNK):
             await collection.insert_many(docs[start:start + CHUNK])
         have += len(docs)
         next_id += n
         progress(f"ledger: {have:,} rows")
+    async with store.session(transaction=True) as session:
+        await apply(deltas, session)
     return time.monotonic() - started
 
 
-async def run(rows: int, ledger: int) -> dict[str, Any]:
+FLOOR_SITE = "benchfloor"
+
+
+def floor_docs(jobs: list[Any]) -> list[dict[str, Any]]:
+    """The floor's documents: the parsed fields as they are, no charge, no fingerprint
+    (another site's keys, so they go into the ledger beside ours)."""
+    return [{"_id": new_id(), "key": f"{FLOOR_SITE}/{j.cluster}/{j.job_id}",
+             "site": FLOOR_SITE, "cluster": j.cluster,
+             "job_id": j.job_id, "user": j.user, "account": j.account,
+             "partition": j.partition, "qos": j.qos, "state": j.state, "start": j.start,
+             "end": j.end, "elapsed_s": j.elapsed_s, "cpus": j.tres.cpus,
+             "mem_mb": j.tres.mem_mb} for j in jobs]
+
+
+async def ingest_vs_floor(store: Any, rows: int, rounds: int,
+                          factors: FactorTable) -> dict[str, Any]:
+    """``ng usage collect``'s ingest of ``rows`` sacct lines into an empty ledger
+    against the floor (the same lines parsed + ``insert_many`` into the same ledger
+    collection, with its indexes), alternating which goes first; each round starts
+    from empty."""
+    text = sacct_lines(rows, 1_000_000, seed=1)
+    ours: list[float] = []
+    floor: list[float] = []
+    ledger = UsageRecord.get_pymongo_collection()
+
+    async def run_ours() -> None:
+        t0 = time.monotonic()
+        await ingest(store, SITE, parse_output(text).jobs, factors)
+        ours.append(time.monotonic() - t0)
+        await ledger.delete_many({"site": SITE})
+        await QuotaTotal.get_pymongo_collection().delete_many({"site": SITE})
+
+    async def run_floor() -> None:
+        t0 = time.monotonic()
+        docs = floor_docs(parse_output(text).jobs)
+        for start in range(0, len(docs), CHUNK):
+            await ledger.insert_many(docs[start:start + CHUNK])
+        floor.append(time.monotonic() - t0)
+        await ledger.delete_many({"site": FLOOR_SITE})
+
+    for n in range(rounds):
+        progress(f"ingest vs floor, round {n + 1} of {rounds}")
+        for side in ((run_ours, run_floor) if n % 2 == 0 else (run_floor, run_ours)):
+            await side()
+    med_ours, med_floor = statistics.median(ours), statistics.median(floor)
+    return {"rows": rows, "rounds": rounds,
+            "ours_s": {"min": round(min(ours), 2), "median": round(med_ours, 2)},
+            "floor_s": {"min": round(min(floor), 2), "median": round(med_floor, 2)},
+            "ours_rows_per_s": round(rows / med_ours),
+            "floor_rows_per_s": round(rows / med_floor),
+            "ratio": round(med_floor / med_ours, 3)}
+
+
+async def quota_reads(rounds: int) -> dict[str, Any]:
+    """Per period (``none``: every subject has used the site at 10k rows already;
+    ``monthly``: a 10k ledger's month holds fewer subjects than a large one's), the
+    sync's quota part (``quota_blocks`` for 1,000 users and 100 accounts under the
+    site's defaults), ``ng quota show``'s site-wide status and ``ng usage summary``'s
+    platform summary: min and median of ``rounds`` runs, seconds."""
+    out = {}
+    for period in ("none", "monthly"):
+        found = await _quota_reads(rounds, period)
+        out.update({f"{label}, period {period}": v for label, v in found.items()})
+    return out
+
+
+async def _quota_reads(rounds: int, period: str) -> dict[str, Any]:
+    users = [f"u{i:04d}" for i in range(1000)]
+    accounts = [f"lab{i:03d}" for i in range(100)]
+    await QuotaDefaults.find({"site": SITE}).delete()
+    await QuotaDefaults(site=SITE, period=period, user_cpu_minutes=1e6,
+                        account_cpu_minutes=1e7).insert()
+    now = START + timedelta(days=40)
+    cases = {
+        "sync quota part": lambda: quota_blocks(SITE, now, users=users, accounts=accounts),
+        "ng quota show": lambda: quota_status(SITE, now),
+        "ng usage summary": lambda: platform_summary(SITE, now, accounts),
+    }
+    out: dict[str, Any] = {}
+    for label, call in cases.items():
+        times = []
+        for _ in range(rounds):
+            t0 = time.monotonic()
+            await call()
+            times.append(time.monotonic() - t0)
+        out[label] = {"min": round(min(times), 4), "median": round(statistics.median(times), 4)}
+    # O(subjects): how many subjects the site-wide status holds (those who used the month)
+    out["subjects in status"] = len(await quota_status(SITE, now))
+    return out
+
+
+async def flat_costs(store: Any, ledger: int, rounds: int,
+                     factors: FactorTable) -> dict[str, Any]:
+    """Issue 31: the quota reads at 10k ledger rows and at ``ledger`` rows."""
+    await UsageRecord.get_pymongo_collection().delete_many({})
+    await QuotaTotal.get_pymongo_collection().delete_many({})
+    fill = await top_up(store, 10_000, 0, factors)
+    small = await quota_reads(rounds)
+    fill += await top_up(store, ledger, 10_000, factors, next_id=20_000_000)
+    large = await quota_reads(rounds)
+    return {"small_rows": 10_000, "large_rows": ledger, "fill_s": round(fill, 1),
+            "small": small, "large": large,
+            "ratio_large_to_small": {k: round(large[k]["median"] / small[k]["median"], 2)
+                                     for k in small if not k.startswith("subjects")}}
+
+
+async def run(rows: int, ledger: int, rounds: int) -> dict[str, Any]:
     counter = Counter()
     with tempfile.TemporaryDirectory() as tmp:
         embedded = EmbeddedStoreConfig(path=Path(tmp), port=free_port())
@@ -137,7 +261,7 @@ async def run(rows: int, ledger: int) -> dict[str, Any]:
             again = await ingest(store, SITE, parse_output(text).jobs, factors)
             again_s = time.monotonic() - t0
             again_cmds = counter.reset()
-            fill_s = await top_up(ledger, counts.inserted, factors)
+            fill_s = await top_up(store, ledger, counts.inserted, factors)
             size = await UsageRecord.get_pymongo_collection().count_documents({})
             counter.reset()
             reports: dict[str, Any] = {}
@@ -158,6 +282,8 @@ async def run(rows: int, ledger: int) -> dict[str, Any]:
                                   "rows": len(report.rows), "jobs": report.total.jobs,
                                   "store_commands": counter.reset()}
             blocks = await quota_blocks_case(counter)
+            floor = await ingest_vs_floor(store, rows, rounds, factors)
+            flat = await flat_costs(store, ledger, rounds, factors)
             await store.close()
         finally:
             server.stop()
@@ -174,6 +300,8 @@ async def run(rows: int, ledger: int) -> dict[str, Any]:
         "ledger": {"rows": size, "fill_s": round(fill_s, 1)},
         "reports": reports,
         "quota_blocks": blocks,
+        "ingest_vs_floor": floor,
+        "quota_reads_10k_vs_large": flat,
     }
 
 
@@ -204,10 +332,16 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000, help="sacct rows to ingest")
     parser.add_argument("--ledger", type=int, default=1_000_000,
                         help="ledger size for the reports")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds of each timed side (min and median)")
     args = parser.parse_args()
-    if args.rows < 1 or args.ledger < args.rows:
-        parser.error("--rows must be >= 1 and --ledger >= --rows")
-    print(json.dumps(asyncio.run(run(args.rows, args.ledger)), indent=2))
+    if args.rows < 1 or args.ledger < max(args.rows, 10_000) or args.rounds < 1:
+        parser.error("--rows and --rounds must be >= 1 and --ledger >= --rows and 10,000")
+    started = os.getloadavg()
+    out = asyncio.run(run(args.rows, args.ledger, args.rounds))
+    out["loadavg"] = {"start": [round(x, 2) for x in started],
+                      "end": [round(x, 2) for x in os.getloadavg()]}
+    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

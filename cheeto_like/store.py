@@ -33,12 +33,11 @@ from pymongo.errors import (
     PyMongoError,
 )
 
-from . import metrics, store_files
+from . import metrics, models, store_files
 from .config import MongoConfig
 from .embedded import EmbeddedServer
 from .embedded_common import IDENTITY_COMMAND, TOKEN_ENV
 from .errors import ConfigError, ExternalError
-from .models import ALL_MODELS
 from .models.applied import ensure_indexes as ensure_applied_indexes
 from .models.names import ensure_registry
 
@@ -263,9 +262,17 @@ class Store:
                 await coll.bulk_write(batch, ordered=True, session=session)
             start = end
 
-    async def bind(self, *, create_indexes: bool = True) -> None:
-        """Bind every document model to this store's database (beanie state is global)."""
-        await init_beanie(database=self.database, document_models=list(ALL_MODELS),
+    async def bind(self, *, create_indexes: bool = True, only_loaded: bool = False) -> None:
+        """Bind every document model to this store's database (beanie state is global).
+
+        ``only_loaded`` binds just the documents whose modules are imported already
+        (``models.loaded_models``): a read-only CLI command imports what it reads before
+        it connects, and binding the other ~30 would cost their import and beanie's
+        set-up of each (issue 31). Never with ``create_indexes``: a writer's connect
+        makes every collection's indexes."""
+        chosen = (models.loaded_models() if only_loaded and not create_indexes
+                  else list(models.ALL_MODELS))
+        await init_beanie(database=self.database, document_models=chosen,
                           skip_indexes=not create_indexes)
 
     async def drop_database(self) -> None:
@@ -414,13 +421,15 @@ def refuse_secondary_reads(client: AsyncMongoClient[dict[str, Any]]) -> None:
 async def connect(config: MongoConfig, *, autostart: bool = True, database: str | None = None,
                   notify: Callable[[str], None] | None = None,
                   create_indexes: bool = True, listeners: list[Any] | None = None,
-                  long_running: bool = False) -> Store:
+                  long_running: bool = False, only_loaded: bool = False) -> Store:
     """Connect, verify the store answers, and bind every document model to it.
 
     With the embedded store, a server that is down is started in the background when
     ``autostart`` is set (``notify`` is told so); otherwise it is an ``ExternalError``.
     ``long_running`` (daemons, workers, the API) waits out an election when selecting a
-    server (``client_for``). A URI reading from secondaries is a ``ConfigError``.
+    server (``client_for``). ``only_loaded`` (with ``create_indexes=False``: a read-only
+    command) binds only the documents already imported (``Store.bind``). A URI reading
+    from secondaries is a ``ConfigError``.
     """
     from .config import mask_uri
 
@@ -477,7 +486,7 @@ async def connect(config: MongoConfig, *, autostart: bool = True, database: str 
                   description=f"{description} db={db_name}", lock=lock, notes=notes,
                   transaction_retry_seconds=config.transaction_retry_seconds)
     try:
-        await store.bind(create_indexes=create_indexes)
+        await store.bind(create_indexes=create_indexes, only_loaded=only_loaded)
         if create_indexes:  # a writer's connect: migrate a store from before the registry
             await ensure_registry(store.database)
             await ensure_applied_indexes(store.database)

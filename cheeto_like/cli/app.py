@@ -3,9 +3,12 @@
 The tree's nodes come from the static table in ``cli/registry.py``; a command's module is
 imported only when that command is about to run (or its own ``--help`` is asked for), so
 ``cheeto --help``, group help and completion start in a few tens of milliseconds instead
-of paying seconds for beanie, pymongo and the models. Modules still register their
-handlers with ``@command(*path, store=…)``: the decorator binds the handler (and its
-arguments) to the node the table created.
+of paying seconds for beanie, pymongo and the models. The table's nodes are themselves
+added lazily: a parser gets its children the first time it is parsed, helped or looked
+up (``_expand``), so a command builds the parsers along its own path, not all ~260
+(argparse asks gettext for every parser it makes: the whole tree was ~20 ms of every
+start). Modules still register their handlers with ``@command(*path, store=…)``: the
+decorator binds the handler (and its arguments) to the node the table created.
 
 The runtime, not each handler, loads the config, connects the store, resolves the author
 and turns typed errors into one red line with exit code 2 (bad input) or 1 (failure).
@@ -22,7 +25,7 @@ import re
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, Literal, NoReturn
 
 from ponderosa import CmdTree, SubCmd
 
@@ -51,6 +54,10 @@ class CheetoArgumentParser(argparse.ArgumentParser):
     option says which known ones are closest."""
 
     _leaf: CheetoArgumentParser | None = None  # the deepest parser of the current parse
+    # The table path this parser stands for, and whether its table children were added
+    # (parsers the table did not make, e.g. ``commands.register``'s, have none to add).
+    _cheeto_words: tuple[str, ...] = ()
+    _cheeto_expanded: bool = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
@@ -78,15 +85,18 @@ class CheetoArgumentParser(argparse.ArgumentParser):
         return super()._parse_optional(arg_string)
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        _expand(self)
         _ensure_common_args(self)
         CheetoArgumentParser._leaf = self  # a subcommand's parser is entered after its parent's
         return super().parse_known_args(args, namespace)
 
     def format_usage(self) -> str:
+        _expand(self)
         _ensure_common_args(self)
         return super().format_usage()
 
     def format_help(self) -> str:
+        _expand(self)
         _ensure_common_args(self)
         return super().format_help()
 
@@ -134,24 +144,58 @@ def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction |
 
 
 def _find(words: tuple[str, ...] | list[str]) -> argparse.ArgumentParser | None:
-    """The parser at ``words`` (names or aliases), or None."""
+    """The parser at ``words`` (names or aliases), or None; every parser on the way (and
+    the one found) has its table children."""
     parser = commands._root
+    _expand(parser)
     for word in words:
         sub = _subparsers(parser)
         if sub is None or word not in sub.choices:
             return None
         parser = sub.choices[word]
+        _expand(parser)
     return parser
+
+
+# The table's nodes by their parent's words, in table order.
+_CHILDREN: dict[tuple[str, ...], list[registry.Node]] = {}
+for _node in registry.NODES:
+    _CHILDREN.setdefault(_node.words[:-1], []).append(_node)
+
+
+def _expand(parser: argparse.ArgumentParser) -> None:
+    """Give a table parser its table children, once."""
+    if getattr(parser, "_cheeto_expanded", True):
+        return
+    parser._cheeto_expanded = True  # type: ignore[attr-defined]
+    for node in _CHILDREN.get(getattr(parser, "_cheeto_words", ()), ()):
+        _add_child(parser, node)
+
+
+def expand_all() -> None:
+    """Build every node of the table now (tests and tools that walk the whole tree)."""
+    pending: list[argparse.ArgumentParser] = [commands._root]
+    while pending:
+        parser = pending.pop()
+        _expand(parser)
+        if (sub := _subparsers(parser)) is not None:
+            pending.extend(dict.fromkeys(sub.choices.values()))  # aliases: one parser
 
 
 def _add_table_node(node: registry.Node) -> None:
     parent = _find(node.words[:-1])
     if parent is None:  # pragma: no cover - registry order is checked by a test
         raise RuntimeError(f"command table: {node.path!r} comes before its parent")
+    _add_child(parent, node)
+
+
+def _add_child(parent: argparse.ArgumentParser, node: registry.Node) -> None:
     sub = _subparsers(parent) or parent.add_subparsers()
     child = sub.add_parser(node.words[-1], help=node.help, description=node.help,
                            aliases=list(node.aliases), add_help=node.module is None)
     child._cmd_tree = commands  # type: ignore[attr-defined]
+    child._cheeto_words = node.words  # type: ignore[attr-defined]
+    child._cheeto_expanded = node.words not in _CHILDREN  # type: ignore[attr-defined]
     if node.module is None:
         child.set_defaults(func=_show_help, parser_for_help=child)
     else:
@@ -180,14 +224,13 @@ def _build_tree() -> CmdTree:
                     "`cheeto help` lists every command.")
     root.add_argument("--version", action=_VersionAction,
                       help="print the version and exit")
+    root._cheeto_expanded = False  # type: ignore[attr-defined]
     tree = CmdTree(root=root)
     root.set_defaults(func=_show_help, parser_for_help=root)
     return tree
 
 
 commands = _build_tree()
-for _node in registry.NODES:
-    _add_table_node(_node)
 
 # What the modules registered (path -> (module, help, aliases)), checked against the table.
 REGISTERED_COMMANDS: dict[tuple[str, ...], tuple[str, str, tuple[str, ...]]] = {}
@@ -232,9 +275,17 @@ def _bind_leaf(parser: argparse.ArgumentParser, handler: Handler, help: str) -> 
     parser.set_defaults(func=handler)
 
 
-def command(*path: str, help: str, store: bool = False, aliases: list[str] | None = None,
-            config: bool = True, progress: str | None = None) -> Callable[[Handler], SubCmd]:
+def command(*path: str, help: str, store: bool | Literal["read"] = False,
+            aliases: list[str] | None = None, config: bool = True,
+            progress: str | None = None) -> Callable[[Handler], SubCmd]:
     """Register ``handler`` at ``path``; ``store=True`` connects the store first.
+
+    ``store="read"`` is for a command that only reads: it connects without a writer's
+    start-up work (creating every collection's indexes, migrating the names registry),
+    which is two round trips per model, about 80 on each call, more than the command's
+    own reads. The next writer's connect does that work. It binds only the documents
+    imported by then (``Store.bind(only_loaded=True)``), so the command's module must
+    import what it reads at module level (through its queries), not inside a handler.
 
     ``config=False`` (built-ins such as ``help``) runs a plain function without reading
     the config: it gets no ``args.ctx``, only ``args._cheeto_stdout``. ``progress`` names
@@ -264,6 +315,7 @@ def group_help(*path: str, help: str, aliases: list[str] | None = None) -> None:
     just gets its help (the registry test checks both say the same).
     """
     REGISTERED_GROUPS[path] = (help, tuple(aliases or ()))
+    _find(path)  # the table's nodes along the path, before ponderosa looks for them
     chain = commands._find_cmd_chain(list(path))
     if all(node is not None for node in chain):
         parser = chain[-1]
@@ -315,6 +367,7 @@ def _ensure_common_args(parser: argparse.ArgumentParser) -> None:
 
 def _apply_common_args() -> None:
     """Attach the common options to every node now (tests that walk the whole tree)."""
+    expand_all()
     for parser in commands.gather_subtree(None):
         _ensure_common_args(parser)
 
@@ -348,9 +401,10 @@ async def _run_handler(args: argparse.Namespace, handler: Handler) -> int | None
     from ..store import connect
 
     ctx: Context = args.ctx
-    if getattr(handler, "needs_store", False):
+    if needs := getattr(handler, "needs_store", False):
         refuse_client_only(ctx.config)
-        ctx.store = await connect(ctx.config.mongo, notify=ctx.out.info)
+        ctx.store = await connect(ctx.config.mongo, notify=ctx.out.info,
+                                  create_indexes=needs != "read", only_loaded=needs == "read")
         await _canonical_sites(args)
     label = getattr(handler, "progress_label", None)
     try:
@@ -449,6 +503,19 @@ def main(argv: list[str] | None = None, *, stdout: IO[str] | None = None,
     return _run(args, handler, stdout=stdout, stderr=err, stdin=stdin)
 
 
+def startup_done() -> None:
+    """Turn garbage collection back on if the console script turned it off for the
+    start-up (``console_main``), first freezing what start-up made (modules, classes,
+    schemas: they live as long as the process), so no later pass scans it again. Long
+    commands (daemons, syncs) then collect as usual. In-process callers (tests) never
+    turned it off, and nothing is frozen for them."""
+    import gc
+
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
+
+
 def _run(args: argparse.Namespace, handler: Handler, *, stdout: IO[str] | None,
          stderr: IO[str], stdin: IO[str] | None) -> int:
     import asyncio
@@ -462,6 +529,7 @@ def _run(args: argparse.Namespace, handler: Handler, *, stdout: IO[str] | None,
     _setup_logging(args, out)
     try:
         config = load_config(getattr(args, "config", None), getattr(args, "profile", None))
+        startup_done()
         author = getattr(args, "author", None) or os.environ.get("USER") or _login_name()
         args.ctx = Context(out=out, config=config, author=author,
                            stdin=stdin if stdin is not None else sys.stdin)

@@ -1,7 +1,8 @@
 """The quota table's rows from the store: what the plugin needs to judge a submission.
 
 One call of ``queries.quota.quota_status`` for the whole site (a constant number of
-queries: quotas, defaults, adjustments, one ledger aggregation per period window), plus
+queries: quotas, defaults, adjustments, the running totals of each month of each period
+window, kept by the same charge that writes the ledger: issue 31), plus
 the site's GPU factors and rates in force (issue 28: money used and budgets ride on the
 same rows, the rates price a request in the plugin). Everyone with a quota of their own,
 usage in their period, or an adjustment gets a row; anyone else gets the defaults with

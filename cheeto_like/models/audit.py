@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from beanie import Document
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from .base import index
 from .fields import new_id, utcnow
@@ -34,6 +34,8 @@ class AuditRun(Document):
     counts: dict[str, int] = Field(default_factory=dict)
     sources: dict[str, str] = Field(default_factory=dict)  # source -> "ok" or the error
     delivered: dict[str, str] = Field(default_factory=dict)  # email/webhook -> outcome
+
+    model_config = ConfigDict(defer_build=True)  # built on first use (models/base.py)
 
     class Settings:
         name = "audit_runs"
@@ -52,6 +54,8 @@ class AuditFinding(Document):
     index: int
     started_at: datetime
     data: dict[str, Any] = Field(default_factory=dict)
+
+    model_config = ConfigDict(defer_build=True)  # built on first use (models/base.py)
 
     class Settings:
         name = "audit_findings"

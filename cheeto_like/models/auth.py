@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Literal
 
 from beanie import Document
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from .base import BaseDoc, index, unique
 from .fields import NonEmptyStr, PosixName, new_id
@@ -65,6 +65,8 @@ class RevokedToken(Document):
     jti: str
     exp_epoch: int
     user: PosixName | None = None
+
+    model_config = ConfigDict(defer_build=True)  # built on first use (models/base.py)
 
     class Settings:
         name = "revoked_tokens"

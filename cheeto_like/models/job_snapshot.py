@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from beanie import Document
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from .base import index
 
@@ -25,6 +25,8 @@ class JobSnapshot(Document):
     cluster: str
     read_at: datetime
     jobs: int = 0
+
+    model_config = ConfigDict(defer_build=True)  # built on first use (models/base.py)
 
     class Settings:
         name = "job_snapshots"
@@ -49,6 +51,8 @@ class SnapshotJob(Document):
     qos: str = ""
     reason: str = ""
     gres: list[str] = Field(default_factory=list)
+
+    model_config = ConfigDict(defer_build=True)  # built on first use (models/base.py)
 
     class Settings:
         name = "snapshot_jobs"

@@ -17,6 +17,7 @@ from .group import GroupMembership
 from .hippo import HippoEvent
 from .history import History
 from .quota import Quota, QuotaAdjustment
+from .quota_totals import QuotaTotal
 from .request import Request
 from .site import Site
 from .slurm import SlurmAccount, SlurmAssociation
@@ -50,6 +51,7 @@ USER_REFERENCES: tuple[Reference, ...] = (
     Reference(UsageRecord, "user"),
     Reference(Quota, "user"),
     Reference(QuotaAdjustment, "user"),
+    Reference(QuotaTotal, "user"),
     Reference(RoleGrant, "user"),
     Reference(RevokedToken, "user"),
     Reference(Request, "user"),
@@ -68,6 +70,7 @@ GROUP_REFERENCES: tuple[Reference, ...] = (
     Reference(UsageRecord, "account"),
     Reference(Quota, "account"),
     Reference(QuotaAdjustment, "account"),
+    Reference(QuotaTotal, "account"),
     Reference(RoleGrant, "accounts", is_list=True),
     Reference(Request, "group"),
 )

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from beanie import Document
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .base import index
 from .fields import new_id, utcnow
@@ -66,6 +66,8 @@ class SyncRun(Document):
     holder: str | None = None  # host:pid:nonce:identity of its process (sync.lease)
     lease: str | None = None  # the lease (``<target>:<site>``) it ran under, if any
 
+    model_config = ConfigDict(defer_build=True)  # built on first use (models/base.py)
+
     class Settings:
         name = "sync_runs"
         # (target, site, -started_at): the last run, the budget's window; (site,
@@ -93,6 +95,8 @@ class SyncRunItem(Document):
     detail: str = ""
     removals: int = 0
 
+    model_config = ConfigDict(defer_build=True)  # built on first use (models/base.py)
+
     class Settings:
         name = "sync_items"
         indexes = [index("run")]
@@ -110,6 +114,8 @@ class SyncStep(Document):
     index: int
     outcome: Outcome
     detail: str = ""
+
+    model_config = ConfigDict(defer_build=True)  # built on first use (models/base.py)
 
     class Settings:
         name = "sync_steps"
@@ -140,6 +146,8 @@ class SyncLease(Document):
         if not self.expires_ms:
             self.expires_ms = epoch_ms(self.expires_at)
         return self
+
+    model_config = ConfigDict(defer_build=True)  # built on first use (models/base.py)
 
     class Settings:
         name = "sync_leases"

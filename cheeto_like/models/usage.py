@@ -232,6 +232,20 @@ def charge_gpus(gpus: Iterable[tuple[str | None, int]], elapsed_s: int, started:
     return uses
 
 
+def charge_gpu_dicts(gpus: Iterable[tuple[str | None, int]], elapsed_s: int,
+                     started: datetime, factors: FactorTable) -> list[dict[str, Any]]:
+    """``charge_gpus`` as the stored dicts (``GpuUse.model_dump()``), without a model
+    per GPU type: the collect's hot path (pinned equal by tests/operations/
+    test_quota_totals.py)."""
+    minutes = elapsed_s / 60
+    out = []
+    for kind, count in gpus:
+        factor = float(factors.factor(kind, started))
+        out.append({"type": kind or UNTYPED, "count": count, "factor": factor,
+                    "minutes": round(count * minutes * factor, 4)})
+    return out
+
+
 def cpu_minutes(cpus: int, elapsed_s: int) -> float:
     return round(cpus * elapsed_s / 60, 4)
 

@@ -48,7 +48,7 @@ from ..models import ALL_MODELS
 from ..models import applied as applied_records
 from ..models.fields import new_id, utcnow
 from ..models.history import HISTORY_COLLECTION, History, history_document
-from ..store import WRITE_CONFLICT, Store, Write, deferring
+from ..store import WRITE_CONFLICT, Store, Write, defer, deferring
 from ..validation import describe_validation_error
 from . import generations
 
@@ -96,6 +96,16 @@ class Explained(Exception):
         super().__init__(str(error))
         self.error = error
         self.explain = explain
+
+
+def _is_write_of(exc: DuplicateKeyError, index: int, document_id: str) -> bool:
+    """Whether the refused write of a tail was the insert at ``index`` (a client
+    bulkWrite names it by ``idx``) or of ``document_id`` (a collection's write error
+    names the clashing key)."""
+    details = exc.details or {}
+    if "idx" in details:
+        return details["idx"] == index
+    return details.get("keyValue") == {"_id": document_id}
 
 
 def backoff(retry: int) -> float:
@@ -242,6 +252,7 @@ class Operation:
                      **kwargs: Any) -> Any:
         """Run as part of ``parent``'s transaction (no History row of its own)."""
         op = cls(parent.store, parent.author, cls.parse_args(**kwargs))
+        op.nested = True
         result = await op.execute(session)
         parent._nested_touched.append(op.touched_sites())
         return result
@@ -249,6 +260,12 @@ class Operation:
     reached_commit = False
     summary: dict[str, Any] = {}
     result: Any = None
+    # Run ``within`` another operation: its writes go to the store at once (the parent
+    # may read them back), never held back for the tail (``insert_later``).
+    nested = False
+    # How to explain a unique-index refusal of a write held back for the tail (set by
+    # ``insert_later``'s callers): read after the transaction, as ``Explained``'s.
+    explain_clash: Callable[[], Awaitable[Exception | None]] | None = None
 
     async def _run(self, *, skip_history: bool, operation_id: str, once: Once | None,
                    deadline: float, uncertain: bool = False) -> Any:
@@ -274,6 +291,7 @@ class Operation:
             # What execute held back (store.defer), the generation marks and the History
             # row: one command (Store.write_together), then the commit.
             tail = [*held, *generations.mark_writes(self._all_touched_sites())]
+            row_id = None
             if recorded:
                 row_id = history_id if history_id is not None and self.transactional \
                     else new_id()
@@ -281,9 +299,12 @@ class Operation:
                     row_id, self.op_name, self.author, changes, utcnow())))
             try:
                 await self.store.write_together(session, tail)
-            except DuplicateKeyError:
-                if recorded and history_id is not None and self.transactional:
+            except DuplicateKeyError as exc:
+                if row_id is not None and history_id is not None and self.transactional \
+                        and _is_write_of(exc, len(tail) - 1, row_id):
                     raise _Applied from None  # the History row's _id: already applied
+                if self.explain_clash is not None:  # a held-back insert met a unique index
+                    raise Explained(exc, self.explain_clash) from None
                 raise
             if once is not None:
                 self.summary = once.summarize(result)
@@ -293,6 +314,16 @@ class Operation:
             self.reached_commit = True
         log.info("%s by %s: %s", self.op_name, self.author or "(unknown)", changes)
         return result
+
+    async def insert_later(self, session: AsyncClientSession, collection: str,
+                           document: dict[str, Any]) -> None:
+        """Insert ``document`` (already validated: ``models.base.insert_document``) with
+        the operation's tail, in the one command before the commit, when nothing in the
+        transaction reads it back: this operation runs on its own (not ``within``
+        another, which may read it). Otherwise it is inserted now. A unique index's
+        refusal then surfaces at the tail; set ``explain_clash`` to say why."""
+        if self.nested or not defer(session, Write(collection, document)):
+            await self.store.database[collection].insert_one(document, session=session)
 
     async def _claim(self, session: AsyncClientSession, operation_id: str,
                      once: Once | None) -> None:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COMPACT_EVERY_S = 30.0  # the API poll's compactions, at most this often per process
-COMPACT_ODDS = 64  # about one operation in this many compacts after its commit
+COMPACT_ODDS = 256  # about one operation in this many compacts after its commit (~6 commands)
 COMPACT_BATCH = 5000  # documents read per compaction (the rest wait for the next one)
 _last_compaction = 0.0
 

@@ -12,13 +12,14 @@ from typing import Any, ClassVar
 from pymongo.asynchronous.client_session import AsyncClientSession
 
 from ..errors import InvalidInput
-from ..models import Group, GroupMembership, User
-from ..models.base import select_one
+from ..models import Group, GroupMembership, Site, User
+from ..models.base import insert_document
 from ..models.fields import PosixName, SiteName, utcnow
-from ..models.group import PROGRAM
+from ..models.group import PROGRAM, SPECIAL_GROUP_TYPES
 from ..queries.access_policy import as_utc
 from ..queries.group import get_group
 from ..queries.site import get_site
+from ..queries.together import Part, read_together
 from ..queries.user import get_user
 from .base import OpArgs, Operation
 from .common import mark_ldap_dirty
@@ -35,20 +36,22 @@ class _MembershipOp(Operation):
 
     async def execute(self, session: AsyncClientSession) -> GroupMembership | None:
         a = self.args
-        group = await get_group(a.group, session)
-        user = await get_user(a.user, session)
-        site = await get_site(a.site, session)
-        if group.is_special:
-            raise InvalidInput(f"{group.name!r} is an {group.type} group; use `ng user "
-                               f"{'add' if group.type == 'access' else 'status'}` instead")
-        edge = await select_one(GroupMembership, session, user=user.name, group=group.name,
-                                site=site.name)
+        group, user_name, site_name, found = await self._read(session)
+        if group["type"] in SPECIAL_GROUP_TYPES:
+            raise InvalidInput(f"{group['name']!r} is an {group['type']} group; use `ng user "
+                               f"{'add' if group['type'] == 'access' else 'status'}` instead")
+        group_name = group["name"]
+        edge = next((GroupMembership.model_validate(e) for e in found
+                     if e.get("group") == group_name and e.get("site") == site_name), None)
         self.changed = False
         if self.adding:
             if edge is None:
-                edge = GroupMembership(user=user.name, group=group.name, site=site.name,
+                edge = GroupMembership(user=user_name, group=group_name, site=site_name,
                                        roles=[self.role])
-                await edge.insert(session=session)
+                # on its own: in the command before the commit (the unique index on
+                # (user, group, site) refuses a racing twin there)
+                await self.insert_later(session, GroupMembership.get_settings().name,
+                                        insert_document(edge))
                 self.changed = True
             elif self.role not in edge.roles:
                 edge.roles = [*edge.roles, self.role]
@@ -64,12 +67,33 @@ class _MembershipOp(Operation):
                 edge = None
             self.changed = True
         self.expiry_from_program = None
-        if self.adding and self.role == "member" and group.type == PROGRAM:
-            await self._program_expiry(group, user, session)
+        if self.adding and self.role == "member" and group["type"] == PROGRAM:
+            await self._program_expiry(await get_group(a.group, session),
+                                       await get_user(user_name, session), session)
         if self.changed:
-            await mark_ldap_dirty(User, [user.name], session)
-            await mark_ldap_dirty(Group, [group.name], session)
+            await mark_ldap_dirty(User, [user_name], session)
+            await mark_ldap_dirty(Group, [group_name], session)
         return edge
+
+    async def _read(self, session: AsyncClientSession) -> tuple[
+            dict[str, Any], str, str, list[dict[str, Any]]]:
+        """The group (name, type), the user's and the site's names and the user's edges,
+        in one command (``queries.together``); a miss asks the query that says why (in
+        the order the checks always ran: group, user, site)."""
+        a = self.args
+        groups, users, sites, edges = await read_together(self.store.database, [
+            Part(Group.get_settings().name, "name", a.group, ("name", "type")),
+            Part(User.get_settings().name, "name", a.user, ("name",)),
+            Part(Site.get_settings().name, "name", a.site, ("name",)),
+            Part(GroupMembership.get_settings().name, "user", a.user)], session)
+        if not groups:
+            await get_group(a.group, session)
+        if not users:
+            await get_user(a.user, session)
+        site_name = sites[0]["name"] if sites else (await get_site(a.site, session)).name
+        group = groups[0] if groups else {}
+        return ({"name": group.get("name", a.group), "type": group.get("type")},
+                users[0]["name"] if users else a.user, site_name, edges)
 
     async def _program_expiry(self, group: Group, user: User,
                               session: AsyncClientSession) -> None:

@@ -23,19 +23,21 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import Field
+from pymongo import ReplaceOne
 from pymongo.asynchronous.client_session import AsyncClientSession
+from pymongo.errors import BulkWriteError
 
 from ..adapters.sacct import Sacct, SacctJob
 from ..errors import InvalidInput
 from ..models.base import select_one
-from ..models.fields import SiteName, utcnow
+from ..models.fields import SiteName, new_id, utcnow
 from ..models.quota import EPOCH
 from ..models.usage import (
     FactorTable,
     RateTable,
     UsageCursor,
     UsageRecord,
-    charge_gpus,
+    charge_gpu_dicts,
     cpu_minutes,
     fingerprint,
     price,
@@ -46,6 +48,15 @@ from ..queries.site import get_site, list_sites
 from ..queries.usage import factor_table, rate_table
 from ..store import Store
 from .base import OpArgs, Operation
+from .quota_totals import (
+    LEDGER_FIELDS,
+    Again,
+    Deltas,
+    apply,
+    in_transaction,
+    mark_if_new,
+    needs_mark,
+)
 
 DEFAULT_OVERLAP = timedelta(hours=1)
 FIRST_LOOKBACK = timedelta(days=30)  # a site's first collect without --since
@@ -91,16 +102,16 @@ def record_content(site: str, job: SacctJob, factors: FactorTable,
     it only when a rate applies (``models.usage.price`` at the job's start), so records
     of a site without rates keep the fingerprints they had before money existed."""
     started = job.start or job.end
-    gpus = charge_gpus(job.tres.gpus, job.elapsed_s, started, factors)
+    gpus = charge_gpu_dicts(job.tres.gpus, job.elapsed_s, started, factors)
     content: dict[str, Any] = {
         "site": site, "cluster": job.cluster, "job_id": job.job_id, "user": job.user,
         "account": job.account, "partition": job.partition, "qos": job.qos,
         "state": job.state, "start": job.start, "end": job.end,
         "end_epoch": int(job.end.timestamp()), "day": job.end.astimezone(UTC).date().isoformat(),
         "elapsed_s": job.elapsed_s, "cpus": job.tres.cpus, "mem_mb": job.tres.mem_mb,
-        "gpus": [g.model_dump() for g in gpus],
+        "gpus": gpus,
         "cpu_minutes": cpu_minutes(job.tres.cpus, job.elapsed_s),
-        "gpu_minutes": round(sum(g.minutes for g in gpus), 4)}
+        "gpu_minutes": round(sum(g["minutes"] for g in gpus), 4)}
     if rates:
         cost = price(content["cpu_minutes"], content["gpu_minutes"],
                      rates.rate(job.partition, started))
@@ -119,45 +130,89 @@ def build_record(site: str, job: SacctJob, factors: FactorTable,
     return record.model_dump(by_alias=True)
 
 
+def ledger_doc(key: str, content: dict[str, Any], print_: str, now: datetime,
+               ) -> dict[str, Any]:
+    """The document ``build_record`` stores, built without a model: the content comes
+    from ``record_content`` (typed by construction), and validating 100k models was a
+    third of a collect's time. ``tests/operations/test_usage_totals.py`` pins it equal
+    to ``build_record``'s."""
+    return {"_id": new_id(), "created_at": now, "updated_at": now, "key": key,
+            **content, "cost": content.get("cost"), "fingerprint": print_}
+
+
+_LOOKUP = {"_id": 1, "key": 1, "fingerprint": 1, "created_at": 1, "user": 1, "account": 1,
+           "end_epoch": 1, "cpu_minutes": 1, "gpu_minutes": 1, "cost": 1}
+
+
+async def _write_chunk(site: str, built: dict[str, tuple[dict[str, Any], str]],
+                       session: AsyncClientSession, *, mark: bool = False) -> IngestCounts:
+    """One chunk in one transaction: read what the ledger holds for its keys, insert
+    the new records, replace the changed ones and move the quota totals by the
+    difference (``operations.quota_totals``). Read inside the transaction, so on a
+    replica set a concurrent charge of the same job conflicts instead of being
+    subtracted from a version it did not see."""
+    counts = IngestCounts()
+    if mark:
+        await mark_if_new(site, session)
+    collection = UsageRecord.get_pymongo_collection()
+    existing = {doc["key"]: doc async for doc in collection.find(
+        {"key": {"$in": list(built)}}, _LOOKUP, session=session, batch_size=len(built))}
+    counts.queries += 1
+    now = utcnow()
+    inserts: list[dict[str, Any]] = []
+    replaces: list[ReplaceOne[dict[str, Any]]] = []
+    deltas = Deltas()
+    for key, (content, print_) in built.items():
+        old = existing.get(key)
+        if old is not None and old.get("fingerprint") == print_:
+            counts.unchanged += 1  # the common re-collect case: nothing written
+            continue
+        doc = ledger_doc(key, content, print_, now)
+        deltas.add(site, doc, +1)
+        if old is None:
+            inserts.append(doc)
+            continue
+        deltas.add(site, old, -1)
+        doc["_id"], doc["created_at"] = old["_id"], old.get("created_at", now)
+        replaces.append(ReplaceOne({"_id": doc["_id"]}, doc))
+    if inserts:
+        try:
+            await collection.insert_many(inserts, ordered=False, session=session)
+        except BulkWriteError as exc:  # another charge inserted one of them meanwhile
+            if any(e.get("code") == 11000 for e in exc.details.get("writeErrors", [])):
+                raise Again(str(exc)) from exc
+            raise
+        counts.queries += 1
+    if replaces:
+        await collection.bulk_write(replaces, ordered=False, session=session)
+        counts.queries += 1
+    if await apply(deltas, session):
+        counts.queries += 1
+    counts.inserted, counts.replaced = len(inserts), len(replaces)
+    return counts
+
+
 async def ingest(store: Store, site: str, jobs: Iterable[SacctJob], factors: FactorTable,
                  *, chunk: int = CHUNK, rates: RateTable | None = None) -> IngestCounts:
-    """Upsert ``jobs`` into the ledger by key; returns what was written."""
+    """Upsert ``jobs`` into the ledger by key, and the quota totals by the difference;
+    returns what was written. The charge (content, fingerprint) is computed before each
+    chunk's transaction opens; the transaction only reads, compares and writes."""
     by_key: dict[str, SacctJob] = {}
     for job in jobs:
         by_key[record_key(site, job.cluster, job.job_id)] = job
     counts = IngestCounts(seen=len(by_key))
     keys = list(by_key)
-    collection = UsageRecord.get_pymongo_collection()
+    mark = bool(keys) and await needs_mark(site)
     for start in range(0, len(keys), chunk):
-        part = keys[start:start + chunk]
-        existing = {doc["key"]: doc async for doc in collection.find(
-            {"key": {"$in": part}}, {"_id": 1, "key": 1, "fingerprint": 1, "created_at": 1},
-            batch_size=chunk)}
-        counts.queries += 1
-        inserts: list[dict[str, Any]] = []
-        replaces: list[dict[str, Any]] = []
-        for key in part:
+        built = {}
+        for key in keys[start:start + chunk]:
             content = record_content(site, by_key[key], factors, rates)
-            old = existing.get(key)
-            if old is not None and old.get("fingerprint") == fingerprint(content):
-                counts.unchanged += 1  # the common re-collect case: nothing validated
-                continue
-            doc = build_record(site, by_key[key], factors, content, rates)
-            if old is None:
-                inserts.append(doc)
-            else:
-                doc["_id"], doc["created_at"] = old["_id"], old.get("created_at", doc["created_at"])
-                replaces.append(doc)
-        if inserts or replaces:
-            async with store.session(transaction=True) as session:
-                if inserts:
-                    await collection.insert_many(inserts, session=session)
-                    counts.queries += 1
-                for doc in replaces:
-                    await collection.replace_one({"_id": doc["_id"]}, doc, session=session)
-                    counts.queries += 1
-        counts.inserted += len(inserts)
-        counts.replaced += len(replaces)
+            built[key] = (content, fingerprint(content))
+        done = await in_transaction(store, lambda session, b=built, m=mark: _write_chunk(
+            site, b, session, mark=m))  # type: ignore[misc]
+        mark = False
+        for name in ("inserted", "replaced", "unchanged", "queries"):
+            setattr(counts, name, getattr(counts, name) + getattr(done, name))
     return counts
 
 
@@ -287,9 +342,9 @@ class PruneUsage(Operation):
                 page, {"_id": 1}, session=session).sort("_id", 1).limit(self.args.chunk)]
             if not ids:
                 break
-            result = await collection.delete_many({"_id": {"$in": ids}, **where},
-                                                  session=session)
-            self.deleted += result.deleted_count
+            self.deleted += await in_transaction(
+                self.store, lambda s, chunk=ids: _delete_chunk(where, chunk, s),
+                session=session)
             self.chunks += 1
             last = ids[-1]
         return Pruned(self.deleted, self.refunded, in_force)
@@ -300,6 +355,21 @@ class PruneUsage(Operation):
                 "chunks": getattr(self, "chunks", 0),
                 "refund_quota": self.args.refund_quota,
                 "refunded": getattr(self, "refunded", 0)}
+
+
+async def _delete_chunk(where: dict[str, Any], ids: list[str],
+                        session: AsyncClientSession) -> int:
+    """Delete one chunk of records and take them off the quota totals, in one
+    transaction (the records re-read in it: what is deleted is what is subtracted)."""
+    match = {"_id": {"$in": ids}, **where}
+    collection = UsageRecord.get_pymongo_collection()
+    deltas = Deltas()
+    async for row in collection.find(match, {"site": 1, **dict.fromkeys(LEDGER_FIELDS, 1)},
+                                     session=session, batch_size=len(ids)):
+        deltas.add(str(row["site"]), row, -1)
+    result = await collection.delete_many(match, session=session)
+    await apply(deltas, session)
+    return result.deleted_count
 
 
 async def prune_usage(store: Store, author: str | None, *, before: datetime,

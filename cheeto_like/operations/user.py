@@ -22,7 +22,8 @@ from ..constants import (
 )
 from ..credentials import hash_password, parse_ssh_key
 from ..errors import AlreadyExists, Conflict, InvalidInput, NotFound
-from ..models import Group, GroupMembership, Site, SshKey, User, UserSiteInfo
+from ..models import Group, GroupMembership, NameClaim, Site, SshKey, User, UserSiteInfo
+from ..models.base import insert_document
 from ..models.fields import (
     AbsolutePath,
     Email,
@@ -38,7 +39,9 @@ from ..models.fields import (
 from ..queries.access_status import require_access, require_status
 from ..queries.group import find_group_by_name
 from ..queries.site import get_site
+from ..queries.together import Part, read_together
 from ..queries.user import find_redundant_site_statuses, get_site_info, get_user
+from ..store import Store
 from .base import Explained, OpArgs, Operation
 from .common import (
     cascade_user_rename,
@@ -48,7 +51,24 @@ from .common import (
 )
 from .names import claim_name, move_claim
 
-ROOT_ACCESS = "root-ssh"  # admins with it put their keys on every system user's entry
+ROOT_ACCESS = "root-ssh"
+
+
+async def _require_status_and_access(store: Store, status: str, access: list[str],
+                                     session: AsyncClientSession) -> list[str]:
+    """``require_status`` and ``require_access`` in one read of the status and access
+    groups' shorthands (``queries.together``); on a miss the queries themselves are
+    asked, for their error."""
+    statuses, accesses = await read_together(store.database, [
+        Part(Group.get_settings().name, "type", "status", ("shorthand",)),
+        Part(Group.get_settings().name, "type", "access", ("shorthand",))], session)
+    wanted = list(dict.fromkeys(access))
+    if status not in {g.get("shorthand") for g in statuses}:
+        await require_status(status, session)
+    known = {g.get("shorthand") for g in accesses}
+    if any(name not in known for name in wanted):
+        return await require_access(wanted, session)
+    return wanted  # admins with it put their keys on every system user's entry
 
 
 class CreateUser(Operation):
@@ -84,8 +104,7 @@ class CreateUser(Operation):
     async def execute(self, session: AsyncClientSession) -> tuple[User, Group]:
         a = self.args
         gid = a.uid if a.gid is None else a.gid
-        await require_status(a.status, session)
-        access = await require_access(a.access, session)
+        access = await _require_status_and_access(self.store, a.status, a.access, session)
         key = parse_ssh_key(a.ssh_key) if a.ssh_key and a.ssh_key.strip() else None
         self.user = User(
             name=a.name, email=a.email, uid=a.uid, gid=gid, fullname=a.fullname,
@@ -94,8 +113,21 @@ class CreateUser(Operation):
             password=a.password_hash or (hash_password(a.password) if a.password else None),
             expires_at=a.expires_at)
         self.group = Group(name=a.name, gid=gid, type="user")
+        self.key_fingerprint = key.fingerprint if key else None
         # The unique indexes (names registry, uid, gid) refuse a clash; which one it was
         # is read after the transaction (``_clash``), not checked before every insert.
+        if not self.nested:
+            # On its own, nothing in the transaction reads the new rows back: they go
+            # in the command before the commit (``insert_later``), built and validated
+            # once (the models above), a clash explained at the tail.
+            self.explain_clash = self._clash
+            docs = [NameClaim(name=a.name, kind="user"), self.user, self.group]
+            if key is not None:
+                docs.append(SshKey(user=a.name, key=key.text))
+            for doc in docs:
+                await self.insert_later(session, doc.get_settings().name,
+                                        insert_document(doc))
+            return self.user, self.group
         try:
             await claim_name(a.name, "user", session)
             await self.user.insert(session=session)
@@ -104,7 +136,6 @@ class CreateUser(Operation):
             raise Explained(exc, self._clash) from None
         if key is not None:
             await SshKey(user=a.name, key=key.text).insert(session=session)
-        self.key_fingerprint = key.fingerprint if key else None
         return self.user, self.group
 
     async def _clash(self) -> AlreadyExists | None:

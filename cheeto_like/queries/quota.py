@@ -1,9 +1,12 @@
 """Quota status: used (ledger + adjustments), preallocated, quota, percent.
 
 Query count does not grow with the number of jobs or subjects: the quotas and defaults
-of the site (2 queries), its adjustments (1), and one ledger aggregation per distinct
-(kind, period window) in play, which is a handful (each quota's period, the defaults'
-period, and the previous periods of those that carry over).
+of the site (2 queries), its adjustments (1), and per distinct (kind, period window) in
+play (each quota's period, the defaults' period, and the previous periods of those that
+carry over) one read of the running totals per month of the window (issue 31:
+``queries.quota_totals``; O(subjects), not O(jobs)), or, on a site whose totals were
+never built, one ledger aggregation. Adjustments are not in the totals: they are admin
+changes (a handful per subject), read as before and added per window.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from ..models.quota import (
     previous_window,
 )
 from ..models.usage import FactorTable, UsageRecord
+from .quota_totals import TotalsReader, totals_built
 from .usage import used_by
 
 Window = tuple[datetime, datetime]
@@ -133,7 +137,6 @@ async def check_subject(site: str, *, user: str | None = None,
     longer (or never) held; their usage against the defaults is a real answer."""
     from ..errors import NotFound
     from ..models import Group, User
-    from ..models.usage import UsageRecord
 
     for kind, name, model, field in (("user", user, User, "user"),
                                      ("group", account, Group, "account")):
@@ -141,9 +144,8 @@ async def check_subject(site: str, *, user: str | None = None,
             continue
         if await model.get_pymongo_collection().find_one({"name": name}, {"_id": 1}):
             continue
-        held = {"site": site, field: name}
-        if await UsageRecord.get_pymongo_collection().find_one(held, {"_id": 1}) or \
-                await Quota.get_pymongo_collection().find_one(held, {"_id": 1}):
+        if await _has_usage(site, field, name) or await Quota.get_pymongo_collection(
+                ).find_one({"site": site, field: name}, {"_id": 1}):
             continue
         raise NotFound(f"{kind} {name!r} does not exist"
                        + (f" and has no usage at {site}" if kind == "user" else ""))
@@ -169,7 +171,7 @@ async def quota_status(site: str, now: datetime, *, user: str | None = None,
     else:
         subjects = list(dict.fromkeys([*quotas, *also]))
     limits = {s: _limits_of(s, quotas.get(s), defaults, now) for s in subjects}
-    usage = _UsageCache(site)
+    usage = await _UsageCache.of(site)
     if user is None and account is None:  # everyone who used the site this period
         for kind in ("user", "account"):
             for name in await usage.get(kind, default_window):
@@ -208,6 +210,15 @@ async def quota_status(site: str, now: datetime, *, user: str | None = None,
                                   None if lim.budget is None else lim.budget + carried[2],
                                   carried[2], lim.budget_source)))
     return out
+
+
+async def _has_usage(site: str, kind: str, name: str) -> bool:
+    """``name`` has a ledger record at ``site``: from its totals once built (one indexed
+    read), else the ledger (a two-field match the embedded store scans for)."""
+    if await totals_built(site):
+        return await TotalsReader(site).has_usage(kind, name)
+    return await UsageRecord.get_pymongo_collection().find_one(
+        {"site": site, kind: name}, {"_id": 1}) is not None
 
 
 def _left(quota: float | None, used: float) -> float:
@@ -251,14 +262,20 @@ def _adjusted(adjustments: list[QuotaAdjustment], kind: str, name: str,
 
 
 class _UsageCache:
-    """One ledger aggregation per (kind, window), shared by every subject; a single
-    subject's status narrows the match to that subject instead."""
+    """Used per (kind, window): from the running totals (``queries.quota_totals``) once
+    the site's were built, else (a store from before them) one ledger aggregation per
+    (kind, window), shared by every subject, or narrowed to a single subject."""
 
-    def __init__(self, site: str) -> None:
+    def __init__(self, site: str, totals: bool = False) -> None:
         self.site = site
+        self.totals = TotalsReader(site) if totals else None
         self.cache: dict[tuple[str, Window, str | None],
                          dict[str, tuple[float, float, float]]] = {}
         self.queries = 0
+
+    @classmethod
+    async def of(cls, site: str) -> _UsageCache:
+        return cls(site, await totals_built(site))
 
     async def get(self, kind: str, window: Window,
                   name: str | None = None) -> dict[str, tuple[float, float, float]]:
@@ -267,8 +284,11 @@ class _UsageCache:
         key = (kind, window, name)
         if key not in self.cache:
             self.queries += 1
-            self.cache[key] = await used_by(self.site, window[0], window[1], kind,
-                                            None if name is None else [name])
+            if self.totals is not None:
+                self.cache[key] = await self.totals.used(kind, window, name)
+            else:
+                self.cache[key] = await used_by(self.site, window[0], window[1], kind,
+                                                None if name is None else [name])
         return self.cache[key]
 
 

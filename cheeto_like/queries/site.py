@@ -2,58 +2,56 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from beanie import Document
 from pymongo.asynchronous.client_session import AsyncClientSession
 
 from ..errors import NotFound
-from ..models import (
-    AutomountMap,
-    GpuFactor,
-    GroupMembership,
-    HippoEvent,
-    Quota,
-    QuotaAdjustment,
-    QuotaDefaults,
-    QuotaNotice,
-    Site,
-    SlurmAccount,
-    SlurmAllocation,
-    SlurmAssociation,
-    SlurmPartition,
-    SlurmQOS,
-    StaticMount,
-    Storage,
-    StorageVolume,
-    UsageCursor,
-    UsageRecord,
-    UserSiteInfo,
-)
+from ..models import Site
 
 Session = AsyncClientSession | None
 
-# label -> model, in the order a site removal deletes them (dependents before what they
-# point at). Every model here has a ``site`` field. Single source for cascade and counts.
-SITE_LINKED_MODELS: tuple[tuple[str, type[Document]], ...] = (
-    ("user_site_info", UserSiteInfo),
-    ("group_membership", GroupMembership),
-    ("slurm_associations", SlurmAssociation),
-    ("slurm_allocations", SlurmAllocation),
-    ("slurm_qos", SlurmQOS),
-    ("slurm_partitions", SlurmPartition),
-    ("slurm_accounts", SlurmAccount),
-    ("storages", Storage),
-    ("static_mounts", StaticMount),
-    ("storage_volumes", StorageVolume),
-    ("automount_maps", AutomountMap),
-    ("hippo_events", HippoEvent),
-    ("usage_records", UsageRecord),
-    ("usage_cursors", UsageCursor),
-    ("gpu_factors", GpuFactor),
-    ("quotas", Quota),
-    ("quota_defaults", QuotaDefaults),
-    ("quota_adjustments", QuotaAdjustment),
-    ("quota_notices", QuotaNotice),
+# label -> model name, in the order a site removal deletes them (dependents before what
+# they point at). Every model here has a ``site`` field. Single source for cascade and
+# counts. ``SITE_LINKED_MODELS`` (label -> model) imports them on first use: a command
+# that only looks a site up should not build the other document classes (issue 31).
+_SITE_LINKED: tuple[tuple[str, str], ...] = (
+    ("user_site_info", "UserSiteInfo"),
+    ("group_membership", "GroupMembership"),
+    ("slurm_associations", "SlurmAssociation"),
+    ("slurm_allocations", "SlurmAllocation"),
+    ("slurm_qos", "SlurmQOS"),
+    ("slurm_partitions", "SlurmPartition"),
+    ("slurm_accounts", "SlurmAccount"),
+    ("storages", "Storage"),
+    ("static_mounts", "StaticMount"),
+    ("storage_volumes", "StorageVolume"),
+    ("automount_maps", "AutomountMap"),
+    ("hippo_events", "HippoEvent"),
+    ("usage_records", "UsageRecord"),
+    ("usage_cursors", "UsageCursor"),
+    ("gpu_factors", "GpuFactor"),
+    ("quotas", "Quota"),
+    ("quota_defaults", "QuotaDefaults"),
+    ("quota_adjustments", "QuotaAdjustment"),
+    ("quota_notices", "QuotaNotice"),
 )
+
+
+def site_linked_models() -> tuple[tuple[str, type[Document]], ...]:
+    """``(label, model)`` for every collection that hangs off a site, in removal order."""
+    from .. import models
+
+    return tuple((label, getattr(models, name)) for label, name in _SITE_LINKED)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SITE_LINKED_MODELS":  # the constant callers import, built on first use
+        linked = site_linked_models()
+        globals()[name] = linked
+        return linked
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 async def find_site_by_name(name: str, session: Session = None) -> Site | None:
@@ -126,4 +124,4 @@ async def list_at_site[D: Document](model: type[D], site: str,
 
 async def count_site_dependents(site: str, session: Session = None) -> dict[str, int]:
     return {label: await model.find({"site": site}, session=session).count()
-            for label, model in SITE_LINKED_MODELS}
+            for label, model in site_linked_models()}

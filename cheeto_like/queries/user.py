@@ -163,7 +163,7 @@ async def _global_query(status: str | None, access: str | None, type: str | None
         # sole equality condition on it match nothing.
         clauses.append({"access": {"$in": [access]}})
     if group is not None:
-        clauses.append({"name": {"$in": sorted(await group_members_anywhere(group, session))}})
+        clauses.append({"name": name_in(await group_members_anywhere(group, session))})
     if len(clauses) == 1:
         return clauses[0]
     if operator == "AND" and clauses:

@@ -226,6 +226,45 @@ async def test_a_request_to_a_hung_server_times_out(tmp_path):
             assert await d.exists(server.suffix)
 
 
+async def test_requests_pipeline_on_one_connection(slapd: Slapd, base: str):
+    """A window of requests shares one connection; each gets its own result or error,
+    and a result error (an existing entry) leaves the connection and the others alone."""
+    async with Directory(config_for(slapd), max_connections=1, window=8) as d:
+        names = [f"p{i:02d}" for i in range(40)]
+        await d.add(f"cn=p00,{base}", {"objectClass": ["groupOfMembers"], "cn": ["p00"]})
+        outcomes = await asyncio.gather(
+            *(d.add(f"cn={n},{base}", {"objectClass": ["groupOfMembers"], "cn": [n]})
+              for n in names),
+            d.search(base, "one", "(objectClass=groupOfMembers)", ["cn"]),
+            return_exceptions=True)
+        errors = [o for o in outcomes if isinstance(o, BaseException)]
+        assert [(e.code, e.dn) for e in errors if isinstance(e, DirectoryError)] \
+            == [("exists", f"cn=p00,{base}")] and len(errors) == 1
+        assert d.connections == 1 and d.peak_in_flight > 1
+        found = await d.search(base, "one", "(objectClass=groupOfMembers)", ["cn"])
+        assert sorted(e.first("cn") or "" for e in found) == names
+        assert d.writes == {"add": 40}
+
+
+async def test_pipelined_requests_to_a_hung_server_fail_and_the_pool_recovers(tmp_path):
+    with Slapd(tmp_path, organizational_units=()) as server:
+        async with Directory(config_for(server, request_timeout_seconds=0.5,
+                                        connect_timeout_seconds=0.5),
+                             max_connections=1, window=4) as d:
+            pid = server._proc.pid  # type: ignore[union-attr]
+            os.kill(pid, signal.SIGSTOP)
+            await _stopped(pid)
+            try:
+                outcomes = await asyncio.gather(
+                    *(d.search(server.suffix, "base") for _ in range(4)),
+                    return_exceptions=True)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert all(isinstance(o, DirectoryError) and o.transient for o in outcomes)
+            assert await d.exists(server.suffix)
+            assert d.connections == 1
+
+
 async def test_add_get_modify_delete(directory: Directory, base: str):
     dn = f"cn={escape_dn_value('Doe, Jane + co')},{base}"
     await directory.add(dn, {"objectClass": ["top", "groupOfMembers", "posixGroup"],

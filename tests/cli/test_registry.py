@@ -87,7 +87,9 @@ def test_table_rows_are_unique_and_parents_come_first():
 
 
 HEAVY = ("beanie", "pymongo", "pydantic", "rich", "ruamel", "cheeto_like.models",
-         "cheeto_like.config", "cheeto_like.store", "cheeto_like.cli.ng.user")
+         "cheeto_like.config", "cheeto_like.store", "cheeto_like.cli.ng.user",
+         "cheeto_like.cli.ng.user_read", "cheeto_like.operations.user",
+         "cheeto_like.operations.base")
 
 PROBE = """
 import io, json, sys
@@ -118,7 +120,35 @@ def test_help_version_group_help_and_the_tree_import_nothing_heavy():
 def test_a_leaf_help_imports_only_its_module():
     result = _probe("ng", "user", "show", "--help")
     assert result["code"] == 0 and "--uid" in result["out"]
-    assert "cheeto_like.cli.ng.user" in result["heavy"]
+    assert "cheeto_like.cli.ng.user_read" in result["heavy"]
+    assert "cheeto_like.cli.ng.user" not in result["heavy"]
+
+
+def test_reading_a_user_imports_no_write_operation():
+    """``ng user show``/``list`` live apart from ``ng user``'s writes (``ng/user_read.py``)
+    so their start-up pays for no operation and its argument models (issue 31)."""
+    for argv in (["ng", "user", "show", "--help"], ["ng", "user", "list", "--help"]):
+        result = _probe(*argv)
+        assert result["code"] == 0, result
+        assert "cheeto_like.operations.user" not in result["heavy"], argv
+        assert "cheeto_like.operations.base" not in result["heavy"], argv
+
+
+def test_a_command_builds_only_the_parsers_on_its_path():
+    """The table's parsers are added when first parsed, helped or looked up: resolving
+    ``ng user show`` builds ``ng``'s and ``ng user``'s children, not ``ng site``'s."""
+    code = ("import json\n"
+            "from cheeto_like.cli import app\n"
+            "app._find(('ng', 'user', 'show'))\n"
+            "ng = app._subparsers(app._find(('ng',)))\n"
+            "site = app._subparsers(ng.choices['site'])\n"
+            "user = app._subparsers(ng.choices['user'])\n"
+            "print(json.dumps([site is None, sorted(user.choices) if user else []]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60)
+    site_unbuilt, user_children = json.loads(done.stdout)
+    assert site_unbuilt is True
+    assert {"show", "list", "new", "add"} <= set(user_children)
 
 
 def test_help_prints_every_path_with_its_help():

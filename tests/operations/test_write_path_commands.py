@@ -2,11 +2,12 @@
 ``CommandListener`` on this module's own client against the real store: the write path's
 cost is mostly round trips (bench/ops.py), so one more shows here before it shows there.
 
-Each operation's transaction ends with one command carrying its held-back LDAP version
-bumps, generation marks and History row (``Store.write_together``: a client
+Each operation reads what it checks in one command (``queries.together``), and its
+transaction ends with one command carrying its held-back inserts, LDAP version bumps,
+generation marks and History row (``Store.write_together``: a client
 ``bulkWrite`` where the store has it, the embedded store and MongoDB 8.0), then the
 commit. Counting stops at the first ``commitTransaction``: the compaction that follows
-about one operation in 64 is not the operation's."""
+now and then (``generations.after_commit``) is not the operation's."""
 
 from __future__ import annotations
 
@@ -17,13 +18,18 @@ import pytest
 from pymongo import monitoring
 
 from cheeto_like.config import MongoConfig
-from cheeto_like.errors import AlreadyExists
-from cheeto_like.models import Group, GroupMembership, History, NameClaim, User
+from cheeto_like.errors import AlreadyExists, InvalidInput, NotFound
+from cheeto_like.models import Group, GroupMembership, History, NameClaim, User, UserSiteInfo
 from cheeto_like.models.generation import collection as marks
-from cheeto_like.operations.group_membership import AddGroupMember
-from cheeto_like.operations.user import CreateUser
+from cheeto_like.operations.group_membership import (
+    AddGroupMember,
+    AddGroupSponsor,
+    RemoveGroupMember,
+    RemoveGroupSponsor,
+)
+from cheeto_like.operations.user import CreateSystemUser, CreateUser
 from cheeto_like.operations.user_site import AddSiteUser
-from cheeto_like.store import Store, client_bulk_write_supported, connect
+from cheeto_like.store import Store, Write, client_bulk_write_supported, connect
 
 from ..conftest import module_database
 from ..factories import AUTHOR, make_group, make_site, make_user
@@ -94,28 +100,34 @@ async def ldap_version(model: type[User] | type[Group], name: str) -> int:
     return int((doc.get("ldap") or {}).get("version") or 0)
 
 
-async def test_create_user_sends_its_reads_three_inserts_one_tail_and_the_commit(db):
-    """The status and access groups are read; name, uid and gid clashes are left to the
-    unique indexes (no pre-check reads)."""
+async def test_create_user_sends_one_read_one_tail_and_the_commit(db):
+    """The status and access groups are read in one command; name, uid and gid clashes
+    are left to the unique indexes (no pre-check reads), and the three inserts go in
+    the tail."""
     sent = await commands_of(CreateUser.run(db, AUTHOR, name="alice", uid=70001,
                                             email="alice@example.org", fullname="Alice",
                                             access=["login-ssh"]))
-    assert sent == ["find", "find", "insert", "insert", "insert",
-                    *tail(db, "insert", "insert"), "commitTransaction"]
+    assert sent == ["aggregate", *tail(db, "insert", "insert", "insert", "insert", "insert"),
+                    "commitTransaction"]
+    assert await NameClaim.find({"name": "alice"}).count() == 1
+    assert await Group.find({"name": "alice", "gid": 70001}).count() == 1
     assert await History.find({"op": "create_user"}).count() == 1
 
 
-async def test_add_site_user_holds_back_the_ldap_bump_into_the_tail(db):
+async def test_add_site_user_sends_one_read_one_tail_and_the_commit(db):
+    """The user and the site in one read; the membership row and the LDAP bump in the
+    tail (a second membership is the unique index's to refuse)."""
     await make_site(db, "farm")
     await make_user(db, "alice", uid=70002)
     before = await ldap_version(User, "alice")
     sent = await commands_of(AddSiteUser.run(db, AUTHOR, user="alice", site="farm"))
-    assert sent == ["find", "find", "find", "insert",
-                    *tail(db, "update", "insert", "insert"), "commitTransaction"]
+    assert sent == ["aggregate", *tail(db, "insert", "update", "insert", "insert"),
+                    "commitTransaction"]
+    assert await UserSiteInfo.find({"user": "alice", "site": "farm"}).count() == 1
     assert await ldap_version(User, "alice") == before + 1
 
 
-async def test_add_group_member_sends_its_reads_one_insert_one_tail_and_the_commit(db):
+async def test_add_group_member_sends_one_read_one_tail_and_the_commit(db):
     await make_site(db, "farm")
     await make_user(db, "alice", uid=70003)
     await make_group(db, "lab", gid=80003)
@@ -124,8 +136,8 @@ async def test_add_group_member_sends_its_reads_one_insert_one_tail_and_the_comm
     marks_before = await marks().count_documents({})
     sent = await commands_of(AddGroupMember.run(db, AUTHOR, group="lab", user="alice",
                                                 site="farm"))
-    assert sent == ["find", "find", "find", "find", "insert",
-                    *tail(db, "update", "update", "insert", "insert"), "commitTransaction"]
+    assert sent == ["aggregate", *tail(db, "insert", "update", "update", "insert", "insert"),
+                    "commitTransaction"]
     assert await ldap_version(User, "alice") == user_before + 1
     assert await ldap_version(Group, "lab") == group_before + 1
     assert await marks().count_documents({}) == marks_before + 1
@@ -145,8 +157,8 @@ async def test_without_client_bulk_write_the_tail_goes_per_collection(db):
                                                     site="farm"))
     finally:
         db._client_bulk = None
-    assert sent == ["find", "find", "find", "find", "insert", "update", "update", "insert",
-                    "insert", "commitTransaction"]
+    assert sent == ["aggregate", "insert", "update", "update", "insert", "insert",
+                    "commitTransaction"]
     assert await ldap_version(User, "alice") == before + 1
     assert await History.find({"op": "add_group_member"}).count() == 1
 
@@ -167,3 +179,101 @@ async def test_a_clash_is_explained_after_the_transaction_and_writes_nothing(db)
     assert await History.find_all().count() == history
     assert await User.find({"name": {"$in": ["bob", "carol"]}}).count() == 0
     assert await NameClaim.find({"name": {"$in": ["bob", "carol"]}}).count() == 0
+
+
+async def test_write_together_opens_joins_and_aborts_with_its_transaction(db):
+    """The tail's command (on the embedded store a client bulkWrite sent to ``admin``,
+    writing to this database): as a transaction's first command or after a read, across
+    collections, rolled back whole by an abort and kept whole by a commit."""
+    one, two = db.database["bulk_one"], db.database["bulk_two"]
+    for read_first, commit in ((False, False), (True, False), (False, True)):
+        async with db.client.start_session() as session:
+            await session.start_transaction()
+            if read_first:
+                await one.find_one({}, session=session)
+            LISTENER.names.clear()
+            LISTENER.recording = True
+            await db.write_together(session, [
+                Write("bulk_one", {"_id": f"{read_first}-{commit}"}),
+                Write("bulk_two", {"_id": f"{read_first}-{commit}"})])
+            LISTENER.recording = False
+            assert LISTENER.names == tail(db, "insert", "insert")
+            if commit:
+                await session.commit_transaction()
+            else:
+                await session.abort_transaction()
+    assert [d["_id"] async for d in one.find({})] == ["False-True"]
+    assert [d["_id"] async for d in two.find({})] == ["False-True"]
+
+
+async def test_a_second_site_membership_is_explained_and_writes_nothing(db):
+    """AddSiteUser leaves a second membership to the unique index (user, site), then
+    says what the index refused, after the transaction."""
+    await make_site(db, "farm")
+    await make_user(db, "alice", uid=70007)
+    await AddSiteUser.run(db, AUTHOR, user="alice", site="farm")
+    history = await History.find_all().count()
+    version = await ldap_version(User, "alice")
+    with pytest.raises(AlreadyExists, match=r"user 'alice' is already on site 'farm'"):
+        await AddSiteUser.run(db, AUTHOR, user="alice", site="farm")
+    assert await History.find_all().count() == history
+    assert await ldap_version(User, "alice") == version
+    assert await UserSiteInfo.find({"user": "alice"}).count() == 1
+
+
+async def test_the_one_read_still_refuses_what_is_missing_before_any_write(db):
+    await make_site(db, "farm")
+    await make_user(db, "alice", uid=70008)
+    await make_group(db, "lab", gid=80008)
+    history = await History.find_all().count()
+    with pytest.raises(NotFound, match=r"user 'nobody' does not exist"):
+        await AddSiteUser.run(db, AUTHOR, user="nobody", site="farm")
+    with pytest.raises(NotFound, match=r"site 'nowhere' does not exist"):
+        await AddSiteUser.run(db, AUTHOR, user="alice", site="nowhere")
+    with pytest.raises(NotFound, match=r"group 'nolab' does not exist"):
+        await AddGroupMember.run(db, AUTHOR, group="nolab", user="nobody", site="nowhere")
+    with pytest.raises(NotFound, match=r"user 'nobody' does not exist"):
+        await AddGroupMember.run(db, AUTHOR, group="lab", user="nobody", site="nowhere")
+    with pytest.raises(NotFound, match=r"site 'nowhere' does not exist"):
+        await AddGroupMember.run(db, AUTHOR, group="lab", user="alice", site="nowhere")
+    status = await Group.find_one({"type": "status"})
+    assert status is not None
+    with pytest.raises(InvalidInput, match=rf"'{status.name}' is an status group"):
+        await AddGroupMember.run(db, AUTHOR, group=status.name, user="alice", site="farm")
+    with pytest.raises(NotFound, match=r"unknown status 'gone'"):
+        await CreateUser.run(db, AUTHOR, name="bob", uid=70009, email="b@example.org",
+                             fullname="Bob", status="gone")
+    with pytest.raises(NotFound, match=r"unknown access type warp"):
+        await CreateUser.run(db, AUTHOR, name="bob", uid=70009, email="b@example.org",
+                             fullname="Bob", access=["login-ssh", "warp"])
+    assert await History.find_all().count() == history
+    assert await UserSiteInfo.find({"user": "alice"}).count() == 0
+    assert await GroupMembership.find({"user": "alice"}).count() == 0
+    assert await NameClaim.find({"name": "bob"}).count() == 0
+
+
+async def test_a_second_role_and_a_repeat_change_the_one_edge(db):
+    await make_site(db, "farm")
+    await make_user(db, "alice", uid=70010)
+    await make_group(db, "lab", gid=80010)
+    await AddGroupMember.run(db, AUTHOR, group="lab", user="alice", site="farm")
+    version = await ldap_version(User, "alice")
+    again = await AddGroupMember.run(db, AUTHOR, group="lab", user="alice", site="farm")
+    assert again.roles == ["member"]
+    assert await ldap_version(User, "alice") == version  # nothing changed: no bump
+    await AddGroupSponsor.run(db, AUTHOR, group="lab", user="alice", site="farm")
+    edges = await GroupMembership.find({"user": "alice", "group": "lab"}).to_list()
+    assert [e.roles for e in edges] == [["member", "sponsor"]]
+    await RemoveGroupMember.run(db, AUTHOR, group="lab", user="alice", site="farm")
+    await RemoveGroupSponsor.run(db, AUTHOR, group="lab", user="alice", site="farm")
+    assert await GroupMembership.find({"user": "alice"}).count() == 0
+
+
+async def test_within_another_operation_the_rows_are_written_at_once(db):
+    """Run ``within`` a parent, CreateUser and AddSiteUser write now (the parent may
+    read the rows back in its transaction), not in the tail."""
+    await make_site(db, "farm")
+    user, _group = await CreateSystemUser.run(db, AUTHOR, name="svc")
+    assert user.type == "system"
+    await AddSiteUser.run(db, AUTHOR, user="svc", site="farm")
+    assert await UserSiteInfo.find({"user": "svc", "site": "farm"}).count() == 1

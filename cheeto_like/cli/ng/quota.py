@@ -408,3 +408,40 @@ def _(parser: a.Parser) -> None:
     a.site(parser)
     parser.add_argument("--dry-run", action="store_true", help="list what is due, send nothing")
     a.output_format(parser)
+
+
+@command("ng", "quota", "rebuild-totals",
+         help="recompute a site's running quota totals from its usage ledger", store=True)
+async def quota_rebuild_totals(args: argparse.Namespace) -> int:
+    from ...operations.quota_totals import rebuild
+    from ...queries.site import get_site
+
+    ctx = args.ctx
+    site = await get_site(args.site)
+    report = await rebuild(ctx.require_store(), site.name, dry_run=args.dry_run)
+    if ctx.out.machine:
+        ctx.out.write_data(report.as_dict())
+        return 0
+    rows = [{"kind": f.kind, "name": f.name, "bucket": f.bucket,
+             "cpu stored": f"{f.as_dict()['stored']['cpu_minutes']:.4f}",
+             "cpu ledger": f"{f.as_dict()['ledger']['cpu_minutes']:.4f}",
+             "gpu stored": f"{f.as_dict()['stored']['gpu_minutes']:.4f}",
+             "gpu ledger": f"{f.as_dict()['ledger']['gpu_minutes']:.4f}",
+             "money stored": f"{f.as_dict()['stored']['money']:.6f}",
+             "money ledger": f"{f.as_dict()['ledger']['money']:.6f}",
+             "jobs stored": f.stored[3], "jobs ledger": f.ledger[3]} for f in report.fixes]
+    verb = "would correct" if args.dry_run else "corrected"
+    if rows:
+        ctx.out.table(rows, title=f"quota totals at {site.name}: {verb} {len(rows)}")
+    ctx.out.success(f"{esc(site.name)}: {report.records:d} ledger record(s), "
+                    f"{report.buckets:d} total(s); {esc(verb)} {len(rows):d}"
+                    + ("" if args.dry_run else "; quota status reads the totals"))
+    return 0
+
+
+@quota_rebuild_totals.args()
+def _(parser: a.Parser) -> None:
+    a.site(parser)
+    parser.add_argument("--dry-run", action="store_true",
+                        help="only list the totals that differ from the ledger")
+    a.output_format(parser)

@@ -48,7 +48,6 @@ from typing import Any
 
 from pymongo import UpdateOne
 
-from ... import progress
 from ...adapters.ldap import Directory, DirectoryError, Entry, dn_depth, normalize_dn
 from ...config import LDAPConfig
 from ...errors import Busy, GuardTripped, InvalidInput
@@ -60,11 +59,13 @@ from ...queries.group import get_group
 from ...queries.site import get_site
 from ...queries.user import get_user, user_sites
 from ...store import Store
-from ..lease import Held, LeaseLost, holder_name, maybe_lease
+from ..lease import Held, holder_name, maybe_lease
 from ..report import ItemOutcomes
 from ..run_metrics import logged_run, record_end
 from ..runs import RunJournal, check_budget, close_stale_runs
 from .actual import actual_state, parse_entry, read_memberships
+from .apply import MAX_STORED_OK_ITEMS, apply_plan, check_guard
+from .apply import stored_items as _stored_items
 from .desired import DesiredState, desired_state
 from .mark import (
     SiteMark,
@@ -78,17 +79,7 @@ from .mark import (
     with_versions,
     write_mark,
 )
-from .plan import (
-    PRUNE_KINDS,
-    SEQUENTIAL_BATCHES,
-    Change,
-    Focus,
-    Plan,
-    Scope,
-    entry_mods,
-    focus,
-    plan,
-)
+from .plan import PRUNE_KINDS, Focus, Plan, Scope, entry_mods, focus, plan
 from .state import GROUP_ATTRS, USER_ATTRS, Layout, RecordKey
 
 TARGET = "ldap"
@@ -108,11 +99,9 @@ async def full_check_due(site: str, every: timedelta) -> bool:
                 and doc.get("status") == "ok" and full:
             return False
     return True
-MAX_STORED_OK_ITEMS = 1000  # a full sync of a large site would not fit one document
 # ids per watermark update (one request each; the store's cost is per updated document)
 WATERMARK_CHUNK = 2000
 _COLLECTIONS = {"users": User, "groups": Group, "storages": Storage}
-_FATAL = ("unreachable", "auth")
 
 
 @dataclass
@@ -141,87 +130,6 @@ class Report(ItemOutcomes):
                 "unchanged": self.unchanged, "by_name": self.by_name,
                 "timings": self.timings, "tally": self.tally(),
                 "failed": [i.model_dump() for i in self.failed]}
-
-
-def check_guard(planned: Plan, max_deletions: int | None) -> None:
-    removals = planned.removals
-    if max_deletions is not None and len(removals) > max_deletions:
-        raise GuardTripped(f"the plan removes {len(removals)} LDAP entries or member/key "
-                           f"values, more than --max-deletions {max_deletions}; nothing "
-                           "was changed", would_delete=removals)
-
-
-async def _execute(change: Change, directory: Directory) -> None:
-    if change.op == "add":
-        assert change.entry is not None
-        await directory.add(change.dn, change.entry.as_ldap())
-    elif change.op == "modify":
-        await directory.modify(change.dn, change.mods)
-    elif change.op == "delete":
-        await directory.delete(change.dn, missing_ok=True)
-    else:  # recreate
-        assert change.entry is not None
-        await directory.delete(change.dn, missing_ok=True)
-        await directory.add(change.entry.dn, change.entry.as_ldap())
-
-
-async def apply_plan(planned: Plan, directory: Directory, *, concurrency: int = 1,
-                     max_deletions: int | None, held: Held | None = None,
-                     journal: RunJournal | None = None) -> list[SyncItem]:
-    """Execute the plan in order; one item per change, never raises midway. With a
-    ``journal``, the progress is written before each batch (write-ahead)."""
-    check_guard(planned, max_deletions)
-    items: list[SyncItem] = []
-    failed = False
-    fatal: list[str] = []
-    removed = 0
-    progress.begin(sum(len(b.changes) for b in planned.batches), "LDAP changes")
-
-    for batch in planned.batches:
-        if journal is not None:  # fences the lease (store clock, holder) before a batch
-            ahead = removed + sum(c.removals for c in batch.changes)
-            try:
-                await journal.write(_stored_items(items), removed=ahead, fence=not fatal,
-                                    progress={"batch": batch.label,
-                                              "changes": len(batch.changes),
-                                              "done": len(items)})
-            except LeaseLost:
-                pass  # ``held.lost`` says why: every change from here is skipped
-        if held is not None and (why := held.gone()) is not None and not fatal:
-            fatal.append(why)
-        limit = asyncio.Semaphore(1 if batch.label in SEQUENTIAL_BATCHES else max(concurrency, 1))
-        skip_reason = "skipped: an earlier step failed" if batch.kind == "delete" and failed \
-            else None
-
-        async def one(change: Change, label: str = batch.label, skip: str | None = skip_reason,
-                      limit: asyncio.Semaphore = limit) -> SyncItem:
-            base = {"batch": label, "command": str(change), "targets": [change.label],
-                    "removals": change.removals}
-            if skip is not None or fatal:
-                return SyncItem(**base, outcome="skipped",
-                                detail=skip or f"skipped: {fatal[0]}")
-            async with limit:
-                if held is not None and (why := held.gone()) is not None and not fatal:
-                    fatal.append(why)
-                if fatal:
-                    return SyncItem(**base, outcome="skipped", detail=f"skipped: {fatal[0]}")
-                try:
-                    await _execute(change, directory)
-                except DirectoryError as exc:
-                    if exc.code in _FATAL:
-                        fatal.append(exc.message)
-                    return SyncItem(**base, outcome="failed", detail=exc.message)
-                except Exception as exc:  # a bug or an unexpected library error: record it
-                    return SyncItem(**base, outcome="failed",
-                                    detail=f"{type(exc).__name__}: {exc}")
-            return SyncItem(**base, outcome="ok", detail=change.why)
-
-        results = await asyncio.gather(*(one(c) for c in batch.changes))
-        items.extend(results)
-        progress.advance(len(results))
-        removed += sum(r.removals for r in results if r.outcome == "ok")
-        failed = failed or any(r.outcome != "ok" for r in results)
-    return items
 
 
 # -- watermarks -------------------------------------------------------------------------------
@@ -364,8 +272,12 @@ async def _connected(config: LDAPConfig, given: Directory | None,
     if given is not None:
         yield given
         return
-    size = max(config.pool_max_connections, concurrency)
-    async with Directory(config, max_connections=size) as directory:
+    # ``concurrency`` requests in flight, over at most ``pool_max_connections``
+    # connections: several requests pipeline on one connection (slapd runs them on its
+    # threads), which costs the client far less than a connection each
+    size = max(min(config.pool_max_connections, concurrency), 1)
+    async with Directory(config, max_connections=size,
+                         window=-(-max(concurrency, 1) // size)) as directory:
         yield directory
 
 
@@ -551,19 +463,6 @@ def _planned_items(planned: Plan) -> list[SyncItem]:
     return [SyncItem(batch=batch.label, command=str(change), targets=[change.label],
                      removals=change.removals)
             for batch in planned.batches for change in batch.changes]
-
-
-def _stored_items(items: list[SyncItem]) -> list[SyncItem]:
-    """Every failed or skipped item, and the first ok ones up to a bound."""
-    kept: list[SyncItem] = []
-    ok = 0
-    for item in items:
-        if item.outcome == "ok":
-            ok += 1
-            if ok > MAX_STORED_OK_ITEMS:
-                continue
-        kept.append(item)
-    return kept
 
 
 # -- clearing a tree ----------------------------------------------------------------------------

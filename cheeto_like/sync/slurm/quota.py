@@ -31,8 +31,9 @@ rows of the users and accounts found there, every one judged (a name the store d
 hold gets the site's default quotas); every other column stays as found.
 
 Reads: the site's quotas and defaults (2 queries; nothing more when no limit is in
-force), then ``queries.quota.quota_status`` (adjustments + one ledger aggregation per
-(kind, period window)): a constant number whatever the number of users or jobs.
+force), then ``queries.quota.quota_status`` (adjustments + the running totals of each
+month of each (kind, period window), issue 31): a constant number of queries whatever
+the number of users or jobs, and O(subjects) documents, never O(jobs).
 """
 
 from __future__ import annotations
