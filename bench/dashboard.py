@@ -202,7 +202,7 @@ async def measure(base: str, timer: ServerTimer, paths: list[str], requests: int
 async def run(opts: argparse.Namespace) -> dict[str, Any]:
     import uvicorn
 
-    from cheeto_like.daemon.api import create_api
+    from cheeto_like.web.app import create_api
 
     with tempfile.TemporaryDirectory(prefix="cheeto-bench-dash-") as name:
         tmp = Path(name)

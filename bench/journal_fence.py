@@ -3,7 +3,7 @@ lease it proves (``Held.fence``: one conditional write on the lease document bef
 step write), on a throwaway embedded store.
 
 Each round times ``--steps`` journal steps (closing one command, starting the next, as
-``sync.slurm.apply_plan`` does) for each side, the sides alternating; min and median
+``sync.slurm.run.apply_plan`` does) for each side, the sides alternating; min and median
 milliseconds per step are printed as one JSON object on stdout (progress on stderr).
 
     .venv/bin/python bench/journal_fence.py [--steps 200] [--rounds 5]

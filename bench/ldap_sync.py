@@ -72,7 +72,7 @@ from cheeto_like.models import (
 from cheeto_like.operations.group_membership import AddGroupMember, RemoveGroupMember
 from cheeto_like.operations.user import AddUserAccess, AddUserSshKey, SetUserShell
 from cheeto_like.store import Store, connect
-from cheeto_like.sync import ldap as sync
+from cheeto_like.sync.ldap import run as sync
 from tests.services.ldap import Slapd
 
 SITE = "benchfarm"
@@ -291,7 +291,7 @@ async def _sync_side(store: Store, server: Slapd, concurrency: int,
                      connections: int) -> dict[str, Any]:
     """One full sync (the whole ``sync.run``: lease, store reads, directory listing, plan,
     apply, journal, site mark) into the fresh directory; no mark from an earlier round."""
-    from cheeto_like.sync.ldap_mark import forget_marks
+    from cheeto_like.sync.ldap.mark import forget_marks
 
     await forget_marks()
     config = _ldap_config(server, connections)
@@ -421,7 +421,7 @@ def _child_desired(config_file: str, server_pid: int) -> None:
     Prints one JSON line (wall, client and store CPU seconds, entries, peak RSS)."""
     import resource
 
-    from cheeto_like.sync.ldap_desired import desired_state
+    from cheeto_like.sync.ldap.desired import desired_state
 
     async def go() -> dict[str, Any]:
         config = MongoConfig.model_validate_json(Path(config_file).read_text())

@@ -37,10 +37,10 @@ from slurm_plan import PARTITIONS, SITE, add_users, build_site
 from cheeto_like.adapters.sacctmgr import Result, SAcctMgr
 from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
 from cheeto_like.store import connect
-from cheeto_like.sync.slurm import apply_plan
-from cheeto_like.sync.slurm_actual import SAcctMgrReader, actual_state
-from cheeto_like.sync.slurm_desired import desired_state
-from cheeto_like.sync.slurm_plan import Plan, plan
+from cheeto_like.sync.slurm.actual import SAcctMgrReader, actual_state
+from cheeto_like.sync.slurm.desired import desired_state
+from cheeto_like.sync.slurm.plan import Plan, plan
+from cheeto_like.sync.slurm.run import apply_plan
 from tests.services.slurm import SlurmAccounting
 
 

@@ -79,11 +79,11 @@ from cheeto_like.models import (
 )
 from cheeto_like.models.slurm import SlurmTRES
 from cheeto_like.store import Store, connect
-from cheeto_like.sync.slurm import apply_plan
-from cheeto_like.sync.slurm_actual import SAcctMgrReader, actual_state
-from cheeto_like.sync.slurm_desired import desired_state
-from cheeto_like.sync.slurm_plan import Plan, plan
-from cheeto_like.sync.slurm_state import SlurmState
+from cheeto_like.sync.slurm.actual import SAcctMgrReader, actual_state
+from cheeto_like.sync.slurm.desired import desired_state
+from cheeto_like.sync.slurm.plan import Plan, plan
+from cheeto_like.sync.slurm.run import apply_plan
+from cheeto_like.sync.slurm.state import SlurmState
 from tests.services.slurm import SlurmAccounting
 
 SITE = "benchfarm"
@@ -192,7 +192,7 @@ def converged(desired: SlurmState) -> SlurmState:
     their rows on it flagged default."""
     from dataclasses import replace
 
-    from cheeto_like.sync.slurm_plan import wanted_default_accounts
+    from cheeto_like.sync.slurm.plan import wanted_default_accounts
 
     empty = SlurmState(cluster=desired.cluster)
     defaults = wanted_default_accounts(desired, empty)
@@ -374,7 +374,7 @@ async def quota_ledger(store: Store, users: int, groups: int) -> dict[str, Any]:
     from cheeto_like.models import QuotaDefaults
     from cheeto_like.models.usage import FactorTable
     from cheeto_like.operations.usage import ingest
-    from cheeto_like.sync.slurm_quota import quota_blocks
+    from cheeto_like.sync.slurm.quota import quota_blocks
 
     await QuotaDefaults(site=SITE, period="none", user_cpu_minutes=USER_CPU_MINUTES,
                         account_cpu_minutes=ACCOUNT_CPU_MINUTES).insert()

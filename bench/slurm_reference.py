@@ -31,8 +31,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from cheeto_like.sync.slurm_plan import wanted_default_accounts
-from cheeto_like.sync.slurm_state import TRES, AssocKey, AssocState, SlurmState
+from cheeto_like.sync.slurm.plan import wanted_default_accounts
+from cheeto_like.sync.slurm.state import TRES, AssocKey, AssocState, SlurmState
 
 REFERENCE = "cheeto==2.6.1"
 REFERENCE_EXTRAS = ("sh>=2.0.7,<3",)  # the one third-party import of cheeto.slurm_sync

@@ -9,7 +9,7 @@
   the number of store commands each one sent (constant in the number of jobs: the
   aggregation runs in the store);
 - the quota blocks the Slurm sync's desired state computes for 1,000 users and 100
-  accounts under default quotas (sync/slurm_quota.py), with its store commands;
+  accounts under default quotas (sync/slurm/quota.py), with its store commands;
 - issue 31: the ingest against its floor (the same lines parsed + ``insert_many`` of
   plain documents into the same ledger collection), alternating the two
   sides, ``--rounds`` rounds, min and median, and the ratio of the medians; and the
@@ -52,7 +52,7 @@ from cheeto_like.operations.usage import build_record, ingest
 from cheeto_like.queries.quota import platform_summary, quota_status
 from cheeto_like.queries.usage import Rate, usage_report
 from cheeto_like.store import connect
-from cheeto_like.sync.slurm_quota import quota_blocks
+from cheeto_like.sync.slurm.quota import quota_blocks
 
 SITE = "benchfarm"
 START = datetime(2026, 1, 1, tzinfo=UTC)

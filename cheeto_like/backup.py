@@ -597,7 +597,7 @@ async def forget_ldap_marks(store: Store) -> None:
     held when the dump was made; the directory may be ahead of that (runs since the
     dump), so a restored mark would call unchanged records clean and hide the
     difference. Without a mark the next LDAP run compares the whole site."""
-    from .sync.ldap_mark import COLLECTION, VERSIONS
+    from .sync.ldap.mark import COLLECTION, VERSIONS
 
     for name in (COLLECTION, VERSIONS):
         await store.database[name].delete_many({})

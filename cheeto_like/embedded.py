@@ -6,16 +6,17 @@ its identity (``instance.id``) and, by default, the Unix socket it listens on
 both the server's identity and its access control: only its owner can reach the socket.
 TCP is opt-in (``embedded.listen: tcp``, for containers) and then needs a credential
 (``token_value``). ``python -m cheeto_like.embedded ARGS`` runs the server
-(``embedded_server.main``), which is how both ``cheeto db serve`` and the background
+(``embedded_server.process.main``), which is how both ``cheeto db serve`` and the background
 auto-start launch it. This module is the client side: paths, start/stop, and the check
-that the server reached serves the data directory the config names.
+that the server reached serves the data directory the config names; what client and
+server share (file names, the token's variable, the identity command) is
+``embedded_common.py``, which both import.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -26,18 +27,20 @@ from typing import Any
 from urllib.parse import quote
 
 from .config import EmbeddedStoreConfig
+from .embedded_common import (
+    SOCKET_NAME,
+    TOKEN_ENV,
+    TOKEN_NAME,
+    TOKEN_USER,
+    read_instance_id,
+    write_private,
+)
 from .errors import ExternalError
 
 START_TIMEOUT_S = 20.0
 # a data directory's file system with less free space than this counts as full (SQLite
 # needs room for its journal, WAL index and pages to start at all)
 FULL_BELOW_BYTES = 1 << 20
-SOCKET_NAME = "store.sock"
-IDENTITY_NAME = "instance.id"
-TOKEN_NAME = "store.token"
-TOKEN_ENV = "CHEETO_STORE_TOKEN"
-TOKEN_USER = "cheeto"
-IDENTITY_COMMAND = "cheetoIdentity"
 # sun_path is 108 bytes on Linux, including the terminating NUL
 MAX_SOCKET_PATH = 107
 
@@ -58,30 +61,6 @@ def socket_answers(path: Path, timeout: float = 0.3) -> bool:
             return True
         except OSError:
             return False
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write a small file readable by its owner only (0600, whatever the umask)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.chmod(path, 0o600)
-
-
-def read_instance_id(data_dir: Path) -> str | None:
-    try:
-        return (data_dir / IDENTITY_NAME).read_text().strip() or None
-    except OSError:
-        return None
-
-
-def ensure_instance_id(data_dir: Path) -> str:
-    """The data directory's identity, made once (the server calls this at start)."""
-    current = read_instance_id(data_dir)
-    if current is None:
-        current = secrets.token_hex(16)
-        write_private(data_dir / IDENTITY_NAME, current + "\n")
-    return current
 
 
 class EmbeddedServer:
@@ -344,6 +323,6 @@ class EmbeddedServer:
 
 
 if __name__ == "__main__":
-    from .embedded_server import main
+    from .embedded_server.process import main
 
     main(sys.argv[1:])

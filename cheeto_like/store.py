@@ -35,7 +35,8 @@ from pymongo.errors import (
 
 from . import metrics, models, store_files
 from .config import MongoConfig
-from .embedded import IDENTITY_COMMAND, TOKEN_ENV, EmbeddedServer
+from .embedded import EmbeddedServer
+from .embedded_common import IDENTITY_COMMAND, TOKEN_ENV
 from .errors import ConfigError, ExternalError
 from .models.applied import ensure_indexes as ensure_applied_indexes
 from .models.names import ensure_registry

@@ -388,7 +388,7 @@ def tasks_page() -> str:
 
 def openapi() -> dict[str, Any]:
     from cheeto_like.config import ApiConfig, Config, MongoConfig
-    from cheeto_like.daemon.api import create_api
+    from cheeto_like.web.app import create_api
 
     quiet = logging.getLogger("cheeto_like")
     level = quiet.level

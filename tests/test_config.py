@@ -260,6 +260,6 @@ def test_slurm_root_users_and_unmanaged_accounts(tmp_path):
     config = load_config(write(tmp_path, "slurm:\n  root_users: [root, slurmadm]\n"
                                          "  unmanaged_accounts: [Ext]\n"))
     assert config.slurm.root_users == ["root", "slurmadm"]
-    from cheeto_like.sync.slurm_actual import Policy
+    from cheeto_like.sync.slurm.actual import Policy
     policy = Policy.of(config.slurm.root_users, config.slurm.unmanaged_accounts)
     assert policy.unmanaged_accounts == frozenset({"ext"})  # slurmdbd lowercases names

@@ -453,6 +453,15 @@ def load_module_of(node: registry.Node) -> None:
                            f"{node.path!r}")
 
 
+def parser_of(node: registry.Node) -> argparse.ArgumentParser:
+    """A table node's parser, its module imported: what completion reads options from
+    (handed to ``complete``, which does not import this module)."""
+    load_module_of(node)
+    parser = _find(node.words)
+    assert parser is not None
+    return parser
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     """Parse in two passes: the first (over the table's nodes) finds the command, whose
     module is then imported so the second pass knows its arguments."""
@@ -471,7 +480,7 @@ def main(argv: list[str] | None = None, *, stdout: IO[str] | None = None,
     if words[:1] == ["__complete"]:  # hidden: what the completion scripts call
         from .complete import complete
 
-        return complete(words[1:], stdout if stdout is not None else sys.stdout)
+        return complete(words[1:], stdout if stdout is not None else sys.stdout, parser_of)
     real_stdout, real_stderr = sys.stdout, sys.stderr
     try:
         sys.stderr = err  # argparse writes usage errors to sys.stderr

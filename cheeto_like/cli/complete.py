@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .. import version as package_version
 from .registry import NODES, Node
+
+if TYPE_CHECKING:
+    import argparse
+
+# A table node -> its loaded parser (imports the command's module). ``app.main`` hands
+# its own in, so this module never imports ``app`` (which imports it: an import loop).
+ParserOf = Callable[[Node], "argparse.ArgumentParser"]
 
 STORE_TIMEOUT_S = 1.5
 MAX_NAMES = 500
@@ -80,15 +88,11 @@ def _cache_path() -> Path:
     return Path(base) / "cheeto" / "completion-options.json"
 
 
-def _read_options(node: Node) -> list[Option]:
+def _read_options(node: Node, parser_of: ParserOf) -> list[Option]:
     """Import the command's module and read its parser (slow; the result is cached)."""
     import argparse
 
-    from . import app
-
-    app.load_module_of(node)
-    parser = app._find(node.words)
-    assert parser is not None
+    parser = parser_of(node)
     options = []
     for action in parser._actions:
         if not action.option_strings:  # a positional: only its choices are known
@@ -112,7 +116,7 @@ def _read_options(node: Node) -> list[Option]:
     return options
 
 
-def command_options(node: Node) -> list[Option]:
+def command_options(node: Node, parser_of: ParserOf) -> list[Option]:
     path = _cache_path()
     signature = _source_signature()
     cache: dict[str, Any] = {}
@@ -125,7 +129,7 @@ def command_options(node: Node) -> list[Option]:
     entry = cache.get("commands", {}).get(node.path)
     if entry is not None:
         return [Option(o["strings"], o["kind"], o["choices"]) for o in entry]
-    options = _read_options(node)
+    options = _read_options(node, parser_of)
     cache = {"signature": signature, "commands": cache.get("commands", {})}
     cache["commands"][node.path] = [o.__dict__ for o in options]
     try:
@@ -138,9 +142,9 @@ def command_options(node: Node) -> list[Option]:
     return options
 
 
-def _node_options(tree: _Tree) -> dict[str, Option]:
+def _node_options(tree: _Tree, parser_of: ParserOf) -> dict[str, Option]:
     if tree.node is not None and tree.node.module is not None:
-        options = command_options(tree.node)
+        options = command_options(tree.node, parser_of)
     else:
         options = [Option([name], kind, _common_choices(name))
                    for name, kind in _COMMON.items()]
@@ -206,7 +210,7 @@ def store_names(kind: str, prefix: str, words: list[str]) -> list[str]:
 # -- the completion itself --------------------------------------------------------------
 
 
-def candidates(words: list[str], cword: int) -> list[str]:
+def candidates(words: list[str], cword: int, parser_of: ParserOf) -> list[str]:
     """What may replace ``words[cword]`` (``words[0]`` is the program)."""
     words = list(words) + [""] * max(0, cword + 1 - len(words))
     current, before = words[cword], words[1:cword]
@@ -227,12 +231,12 @@ def candidates(words: list[str], cword: int) -> list[str]:
             skip = False
             continue
         if word.startswith("-"):
-            option = _node_options(node).get(word)
+            option = _node_options(node, parser_of).get(word)
             skip = option is not None and option.kind is not None
             continue
         if word in node.children and (node.node is None or node.node.module is None):
             node = node.children[word]
-    options = _node_options(node)
+    options = _node_options(node, parser_of)
     if value_of is None and before and before[-1].startswith("-"):
         option = options.get(before[-1])
         if option is not None and option.kind is not None:
@@ -246,7 +250,8 @@ def candidates(words: list[str], cword: int) -> list[str]:
     if node.node is None or node.node.module is None:
         return [name for name, child in node.children.items()
                 if name.startswith(current) and name == child.node.words[-1]]  # type: ignore[union-attr]
-    positional = [c for o in command_options(node.node) if not o.strings for c in o.choices]
+    positional = [c for o in command_options(node.node, parser_of)
+                  if not o.strings for c in o.choices]
     return [c for c in positional if c.startswith(current)]
 
 
@@ -262,10 +267,10 @@ def _values(option: Option, prefix: str, words: list[str]) -> list[str]:
     return []  # files and free values: the shell's default completion
 
 
-def complete(argv: list[str], out: IO[str]) -> int:
+def complete(argv: list[str], out: IO[str], parser_of: ParserOf) -> int:
     """``cheeto __complete CWORD WORDS…``: one candidate a line; nothing on any error."""
     try:
-        found = candidates(argv[1:], int(argv[0]))
+        found = candidates(argv[1:], int(argv[0]), parser_of)
     except Exception:  # completion must never print an error into a prompt
         found = []
     if found:

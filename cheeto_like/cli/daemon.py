@@ -63,7 +63,7 @@ def _metrics_args(parser: a.Parser, where: str) -> None:
 def _start_metrics(args: argparse.Namespace, role: str, configured: int | None, *,
                    name: str = "", multiprocess: bool = True) -> None:
     """The process's metrics server, when a port is set (``--metrics-port`` wins)."""
-    from ..metrics.process import start_for
+    from ..metrics import start_for
 
     port = configured if args.metrics_port is None else args.metrics_port
     server = start_for(args.ctx.config, role, port, name=name, multiprocess=multiprocess)

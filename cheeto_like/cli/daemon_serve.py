@@ -54,7 +54,7 @@ async def _store_answers(config: Config) -> TokenIssuer:
 def daemon_api(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from ..daemon.api import check_bind, check_tls, create_api, uvicorn_options
+    from ..web.app import check_bind, check_tls, create_api, uvicorn_options
 
     ctx = args.ctx
     api = ctx.config.api or ApiConfig()

@@ -148,7 +148,8 @@ class Output:
         reconcilers report through ``cheeto_like.progress`` (``begin``/``advance``)."""
         from .progress import progress_bar
 
-        return progress_bar(self, label, total)
+        drawn = not self.quiet and self.stderr.isatty()
+        return progress_bar(self.console if drawn else None, label, total)
 
     def write_raw(self, text: str) -> None:
         self.stdout.write(text)

@@ -12,7 +12,7 @@ from rich.markup import escape
 from .. import progress
 
 if TYPE_CHECKING:
-    from .output import Output
+    from rich.console import Console
 
 
 class Step:
@@ -35,8 +35,11 @@ class Step:
 
 
 @contextmanager
-def progress_bar(out: Output, label: str, total: int | None = None) -> Iterator[Step]:
-    if out.quiet or not out.stderr.isatty():
+def progress_bar(console: Console | None, label: str,
+                 total: int | None = None) -> Iterator[Step]:
+    """A bar drawn on ``console`` (stderr's; None: draw nothing, ``--quiet`` or not a
+    terminal). Takes the console, not ``output.Output``, which imports this module."""
+    if console is None:
         step = Step()
         with progress.reporting(None):
             yield step
@@ -52,7 +55,7 @@ def progress_bar(out: Output, label: str, total: int | None = None) -> Iterator[
 
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=out.console, transient=True) as bar:
+    with Progress(*columns, console=console, transient=True) as bar:
         step = Step(bar, label, total)
         with progress.reporting(step):
             yield step

@@ -28,7 +28,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from ..config import Config
 from ..errors import InvalidInput
-from .api import is_loopback
+from ..web.client_address import is_loopback
 
 MANAGEMENT_PORTS = {"http": 15672, "https": 15671}
 AMQP_SCHEMES = ("amqp", "pyamqp", "librabbitmq")

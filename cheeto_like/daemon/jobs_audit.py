@@ -97,7 +97,7 @@ async def audit_body(store: Store, config: Config, block: AuditTask, site: str,
                      author: str) -> dict[str, Any]:
     from ..operations.audit_digest import deliver
     from ..sync.audit import run_audit
-    from ..sync.slurm_actual import Policy
+    from ..sync.slurm.actual import Policy
 
     slurm = SiteQueueSlurm(config, author, block.site_timeout_seconds) if block.slurm else None
     try:
@@ -126,7 +126,7 @@ async def slurm_state_body(store: Store, config: Config, block: SlurmSyncTask, s
     recorded as any dry run is)."""
     from ..adapters.sacctmgr import SAcctMgr
     from ..sync.audit import site_slurm_findings
-    from ..sync.slurm_actual import Policy, SAcctMgrReader
+    from ..sync.slurm.actual import Policy, SAcctMgrReader
 
     runner = SAcctMgr(binary=block.sacctmgr, sudo=block.sudo, timeout=block.timeout_seconds)
     found = await site_slurm_findings(

@@ -57,7 +57,7 @@ RELEASED_KEPT_SECONDS = 7 * 86400
 
 
 def out_of_quota(table: qtable.Table) -> frozenset[tuple[str, str]]:
-    """Who the backstop blocks: used has reached a quota (as ``sync.slurm_quota``)."""
+    """Who the backstop blocks: used has reached a quota (as ``sync.slurm.quota``)."""
     return frozenset((s.kind, s.name) for s in table.subjects
                      if (s.cpu_quota is not None and s.cpu_used >= s.cpu_quota)
                      or (s.gpu_quota is not None and s.gpu_used >= s.gpu_quota)

@@ -306,8 +306,8 @@ def record_ingest(site: str, summary: dict[str, Any]) -> None:
 async def _slurm(store: Store, config: Config, block: SlurmSyncTask, site: str,
                  author: str) -> dict[str, Any]:
     from ..adapters.sacctmgr import SAcctMgr
-    from ..sync.slurm import sync_site
-    from ..sync.slurm_actual import Policy, SAcctMgrReader
+    from ..sync.slurm.actual import Policy, SAcctMgrReader
+    from ..sync.slurm.run import sync_site
 
     runner = SAcctMgr(binary=block.sacctmgr, sudo=block.sudo, timeout=block.timeout_seconds)
     report = await sync_site(store, site, reader=SAcctMgrReader(runner), runner=runner,
@@ -353,8 +353,8 @@ async def _usage(store: Store, config: Config, block: UsageCollectTask, site: st
 
 async def _ldap(store: Store, config: Config, block: LDAPSyncTask, site: str,
                 author: str) -> dict[str, Any]:
-    from ..sync import ldap as ldap_sync
-    from ..sync.ldap_plan import KINDS
+    from ..sync.ldap import run as ldap_sync
+    from ..sync.ldap.plan import KINDS
 
     if config.ldap is None:
         raise ConfigError(f"ldap_sync needs the ldap section (profile {config.profile!r})")

@@ -13,15 +13,13 @@ from collections.abc import Mapping
 
 from ..adapters.scontrol import SControl
 from ..config.slurm import QuotaEnforcement
-from ..models.quota import Quota, QuotaDefaults
-from ..sync.slurm_quota import limits_in_force
+from ..queries.quota import site_quotas
+from ..sync.slurm.quota import limits_in_force
 from .render import parse_show_config, warnings_for
 
 
 async def quotas_in_force(site: str) -> bool:
-    quotas = await Quota.find({"site": site}).to_list()
-    defaults = await QuotaDefaults.find_one({"site": site})
-    return limits_in_force(quotas, defaults)
+    return limits_in_force(*await site_quotas(site))
 
 
 async def live_warnings(site: str, config: QuotaEnforcement,

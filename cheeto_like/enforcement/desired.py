@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..models.quota import Quota, QuotaAdjustment, QuotaDefaults
-from ..queries.quota import quota_status
+from ..models.quota import QuotaAdjustment
+from ..queries.quota import quota_status, site_quotas
 from ..queries.usage import factor_table, rate_table
 from .table import SubjectRow, Table
 
@@ -47,7 +47,7 @@ async def build_table(site: str, now: datetime, *,
                                 round(s.cpu.used, 4), round(s.gpu.used, 4),
                                 _round(s.budget.quota), round(s.budget.used, 4))
                      for s in statuses)
-    defaults_doc = await QuotaDefaults.find_one({"site": site})
+    quotas, defaults_doc = await site_quotas(site)
     defaults = tuple(
         (kind, _round(getattr(defaults_doc, f"{kind}_cpu_minutes", None)),
          _round(getattr(defaults_doc, f"{kind}_gpu_minutes", None)))
@@ -64,7 +64,7 @@ async def build_table(site: str, now: datetime, *,
     ends = [s.end for s in statuses]
     if defaults_doc is not None:
         ends.append(defaults_doc.window(now)[1])
-    for quota in await Quota.find({"site": site}).to_list():
+    for quota in quotas:
         ends.append(quota.window(now)[1])
     for versions in factors_table.versions.values():
         ends.extend(since for since, _ in versions if since > now)

@@ -9,9 +9,12 @@ check of one module global and returns: ``prometheus_client`` is not even import
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .names import SPECS
+
+if TYPE_CHECKING:
+    from .process import Server
 
 _active = False
 
@@ -20,9 +23,25 @@ def activate(role: str, directory: Path | None = None) -> None:
     """Turn recording on in this process and the children it forks (``process.activate``:
     ``directory`` = prometheus_client's multiprocess directory, emptied; None = a plain
     in-process registry)."""
+    global _active
     from .process import activate as _activate
 
     _activate(role, directory)
+    _active = True
+
+
+def start_for(config: Any, role: str, port: int | None, *, name: str = "",
+              multiprocess: bool = True) -> Server | None:
+    """``process.start_for`` (serve and activate for a daemon process, from the config's
+    ``metrics`` section; None when no port is given), with this facade's switch turned on
+    when it did."""
+    global _active
+    from .process import start_for as _start_for
+
+    server = _start_for(config, role, port, name=name, multiprocess=multiprocess)
+    if server is not None:
+        _active = True
+    return server
 
 
 def add_collector(role: str, collector: Any) -> None:

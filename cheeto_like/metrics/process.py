@@ -105,13 +105,13 @@ def _fresh_directory(where: Path) -> None:
 
 
 def activate(role_name: str, where: Path | None = None) -> None:
-    """Turn recording on in this process (and the children it will fork).
+    """Turn recording on in this process (and the children it will fork). Called through
+    the facade (``metrics.activate``, ``metrics.start_for``), which then turns its own
+    switch on: this module does not import the facade back (issue 32).
 
     ``where``: the multiprocess directory (emptied now). None: one process only, a plain
     registry (the API with one uvicorn worker, tests)."""
     from prometheus_client import values
-
-    from .. import metrics
 
     if where is not None:
         where = Path(where)
@@ -121,7 +121,6 @@ def activate(role_name: str, where: Path | None = None) -> None:
         # import may have come first): the families made from now on use the mmap files.
         values.ValueClass = values.MultiProcessValue()
     _state.update(role=role_name, directory=where)
-    metrics._active = True
     if where is not None:  # prefork children to account for (the API imports no Celery)
         _connect_celery_child_exit()
 

@@ -1,8 +1,8 @@
 """Adopt a running cluster: store records that reproduce what slurmdbd and the directory
 already hold, so that the first sync changes nothing.
 
-Input is the reconcilers' own parsed actual state (``sync.slurm_state.SlurmState`` from
-``slurm_actual.actual_state``; ``sync.ldap_plan.ActualState`` from
+Input is the reconcilers' own parsed actual state (``sync.slurm.state.SlurmState`` from
+``slurm_actual.actual_state``; ``sync.ldap.plan.ActualState`` from
 ``ldap_actual.actual_state`` read in full), so adoption sees exactly what a sync sees.
 Output is a ``from_cheeto.Mapping`` (documents with stable ids, refusals, notes), which
 the same writer checks against the store and writes in one transaction; re-adopting an
@@ -42,8 +42,8 @@ from ..models.slurm import (
 )
 from ..models.storage import AutomountMap, Storage, StorageVolume, format_quota
 from ..models.user import SshKey, User, UserSiteInfo
-from ..sync.ldap_state import EPOCH, EntryState
-from ..sync.slurm_state import TRES, AssocKey, QOSState, SlurmState
+from ..sync.ldap.state import EPOCH, EntryState
+from ..sync.slurm.state import TRES, AssocKey, QOSState, SlurmState
 from ..validation import describe_validation_error
 from .from_cheeto import Mapped, Refusal
 from .from_cheeto import Mapping as ImportMapping

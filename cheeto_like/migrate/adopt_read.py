@@ -8,11 +8,12 @@ from ..adapters.ldap import Directory, normalize_dn
 from ..adapters.sacctmgr import SAcctMgr
 from ..config import LDAPConfig
 from ..models import Group, User
-from ..sync import ldap_actual, slurm_actual
-from ..sync.ldap_desired import DesiredState
-from ..sync.ldap_plan import Focus, Scope
-from ..sync.ldap_state import Layout
-from ..sync.slurm_state import SlurmState
+from ..sync.ldap import actual as ldap_actual
+from ..sync.ldap.desired import DesiredState
+from ..sync.ldap.plan import Focus, Scope
+from ..sync.ldap.state import Layout
+from ..sync.slurm import actual as slurm_actual
+from ..sync.slurm.state import SlurmState
 from .adopt import DirectoryView, Known
 
 READ_KINDS = frozenset({"users", "groups", "automounts"})

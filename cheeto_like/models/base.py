@@ -82,7 +82,7 @@ class LDAPInfo(Embedded):
     (``synced_version.<site>``, or the site's mark), so a write committed after that
     read, however late or whatever its writer's clock said, leaves a different version
     and stays dirty. ``modified_at`` and ``synced`` (times) are for display. A storage's
-    synced token also names its map and volume (``sync.ldap_desired``), so
+    synced token also names its map and volume (``sync.ldap.desired``), so
     ``needs_sync`` is for users and groups.
     """
 
@@ -246,7 +246,7 @@ async def grouped(model: type[Document], match: dict[str, Any], key: str, value:
     normalised: a list key as a tuple (the embedded store returns it as JSON text), a
     missing field as None. Never group on a datetime: the embedded store returns its
     stored form, which differs with how the value was written (see
-    tests/test_store_conformance.py); ask for the few records that have one instead.
+    tests/test_store_conformance*.py); ask for the few records that have one instead.
     """
     found: dict[Any, list[Any]] = {}
     for group, (values,) in (await grouped_columns(model, match, key, value,

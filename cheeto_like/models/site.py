@@ -27,7 +27,7 @@ class SiteSlurmSettings(Embedded):
     ``mode``: ``managed`` (the store's accounts, associations, QOS and limits are what
     the Slurm sync makes of the cluster) or ``quota_only`` (a slurm-quota site: the sync
     leaves accounts and associations as it finds them and only writes quota blocks on
-    the users and accounts it finds there; sync/slurm_quota.py ``quota_only_state``)."""
+    the users and accounts it finds there; sync/slurm/quota.py ``quota_only_state``)."""
 
     cluster_name: str | None = None
     sticky: list[PosixName] = Field(default_factory=list)

@@ -129,7 +129,7 @@ class SyncLease(Document):
     ``expires_ms`` (epoch milliseconds of the store's clock at the last take or renewal,
     plus the TTL) is what a takeover's, a renewal's and a fence's filters compare: the
     embedded store does not compare a datetime written by a replace reliably
-    (tests/test_store_conformance.py), integers it does. ``expires_at`` is the same time
+    (tests/test_store_conformance*.py), integers it does. ``expires_at`` is the same time
     for people; ``acquired_at`` when it was taken (kept by renewals, for the alert
     digest's "held for hours"); ``fences`` counts the commands it fenced since the last
     renewal (``Held.fence``, an ``$inc``)."""

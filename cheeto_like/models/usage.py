@@ -19,7 +19,7 @@ A job is counted in the period its *end* falls in, like slurm-quota's completion
 Besides the datetimes every record keeps ``end_epoch`` (seconds) and ``day`` (UTC date):
 the embedded store compares datetimes wrongly inside an aggregation ``$match`` and cannot
 group on a compound ``_id``, so reports match on the integer and group on the string
-(tests/test_store_conformance.py pins both shapes).
+(tests/test_store_conformance*.py pins both shapes).
 """
 
 from __future__ import annotations

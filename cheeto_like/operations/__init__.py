@@ -7,22 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import Operation, get_operation, operation_names
-
-# Every module that defines operations (base.load_all imports them on demand).
-MODULES = (
-    "auth",
-    "class_users",
-    "expiry",
-    "group",
-    "group_membership",
-    "program",
-    "request",
-    "site",
-    "slurm",
-    "storage",
-    "user",
-    "user_site",
-)
+from .modules import MODULES
 
 __all__ = ["MODULES", "OPERATIONS", "Operation", "get_operation", "operation_names"]
 

@@ -393,7 +393,7 @@ def load_all() -> None:
     """Import every operation module (``operations.MODULES``), registering them all."""
     import importlib
 
-    from . import MODULES
+    from .modules import MODULES
 
     for module in MODULES:
         importlib.import_module(f"{__package__}.{module}")

@@ -9,7 +9,7 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 
 from ..constants import IdBand
 from ..errors import Conflict
-from ..models import Group, User
+from ..models import Group, User, UserSiteInfo
 from ..models.base import BaseDoc
 from ..models.references import GROUP_REFERENCES, USER_REFERENCES, Reference
 from ..store import Write, defer
@@ -95,3 +95,23 @@ async def cascade_user_rename(old: str, new: str, session: AsyncClientSession) -
 
 async def cascade_group_rename(old: str, new: str, session: AsyncClientSession) -> dict[str, int]:
     return await cascade_rename(GROUP_REFERENCES, old, new, session)
+
+
+def global_status_comment(status: str, reason: str) -> str:
+    """The comment a status change by IAM or a programme's end leaves on the user."""
+    return f"status={status}, scope=global, reason={reason}"
+
+
+async def clear_site_statuses(user: str, session: AsyncClientSession) -> list[str]:
+    """Drop the user's per-site status overrides, so the global status applies
+    everywhere; returns the sites that had one (IAM's reactivation and reaping, a
+    programme's end)."""
+    cleared = []
+    for usi in await UserSiteInfo.find(UserSiteInfo.user == user, session=session).to_list():
+        if usi.status is not None:
+            usi.status, usi.expires_at = None, None
+            await usi.save(session=session)
+            cleared.append(usi.site)
+    if cleared:
+        await mark_ldap_dirty(User, [user], session)
+    return sorted(cleared)

@@ -128,7 +128,7 @@ async def after_commit(store: Store) -> None:
 
 
 async def poll_generations() -> dict[str, int]:
-    """The API's generation read (``daemon/api.py`` ExportCache): the generations, with
+    """The API's generation read (``web/app.py`` ExportCache): the generations, with
     a compaction first at most every ``COMPACT_EVERY_S``."""
     if time.monotonic() - _last_compaction >= COMPACT_EVERY_S:
         await compact_quietly()

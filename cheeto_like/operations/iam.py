@@ -45,14 +45,19 @@ from ..config import IAMConfig, IAMRefresh
 from ..config.offboarding import OffboardingConfig
 from ..constants import IAM_SYNCABLE_USER_TYPES
 from ..errors import CheetoError, InvalidInput, NotFound
-from ..models import SyncRun, User, UserSiteInfo
+from ..models import SyncRun, User
 from ..models.fields import Email, PosixName, UnixId, utcnow
 from ..models.iam import UCDIAMAssociation, UCDIAMInfo, UCDIAMPerson
 from ..queries.iam import as_utc, find_reapable_users, iam_sync_candidates
 from ..queries.user import get_user
 from ..store import Store
 from .base import OpArgs, Operation
-from .common import mark_ldap_dirty, mark_root_key_holders_dirty
+from .common import (
+    clear_site_statuses,
+    global_status_comment,
+    mark_ldap_dirty,
+    mark_root_key_holders_dirty,
+)
 from .notify import Notifier
 from .user import CreateUser, RenameUser
 
@@ -174,24 +179,6 @@ def plan_hit(user: User, now: datetime) -> Outcome:
     return "hit"
 
 
-def _comment(status: str, reason: str) -> str:
-    return f"status={status}, scope=global, reason={reason}"
-
-
-async def clear_site_statuses(user: str, session: AsyncClientSession) -> list[str]:
-    """Drop the user's per-site status overrides, so the global status applies
-    everywhere; returns the sites that had one."""
-    cleared = []
-    for usi in await UserSiteInfo.find(UserSiteInfo.user == user, session=session).to_list():
-        if usi.status is not None:
-            usi.status, usi.expires_at = None, None
-            await usi.save(session=session)
-            cleared.append(usi.site)
-    if cleared:
-        await mark_ldap_dirty(User, [user], session)
-    return sorted(cleared)
-
-
 @dataclass(frozen=True)
 class SyncUserIAMResult:
     username: str
@@ -239,7 +226,7 @@ class SyncUserIAM(Operation):
             user.iam = facts.snapshot(now)
             if outcome == "hit_restored":
                 user.status, user.expires_at = "active", None
-                user.comments.append(_comment("active", "IAM lists the user again"))
+                user.comments.append(global_status_comment("active", "IAM lists the user again"))
         else:
             plan = plan_miss(user, now, a.grace_days)
             outcome = plan.outcome
@@ -250,7 +237,7 @@ class SyncUserIAM(Operation):
             if plan.offboard:
                 user.status = "offboarding"
                 user.expires_at = now + timedelta(days=a.expiry_offset_days)
-                user.comments.append(_comment(
+                user.comments.append(global_status_comment(
                     "offboarding", f"missing from IAM since {plan.first_missing_at:%Y-%m-%d}"))
         await user.save(session=session)
         if outcome == "miss_offboarding":
@@ -548,8 +535,8 @@ class ReapOffboardedUsers(Operation):
         self.applied: dict[str, dict[str, Any]] = {}
         for user in await find_reapable_users(now, session):
             user.status = "inactive"
-            user.comments.append(_comment("inactive", f"offboarding expired "
-                                          f"{as_utc(user.expires_at):%Y-%m-%d}"))
+            user.comments.append(global_status_comment(
+                "inactive", f"offboarding expired {as_utc(user.expires_at):%Y-%m-%d}"))
             await user.save(session=session)
             sites = await clear_site_statuses(user.name, session)
             if sites:

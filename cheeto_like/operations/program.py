@@ -34,7 +34,7 @@ from ..queries.access_policy import as_utc
 from ..queries.group import get_group
 from ..queries.program import due_program_members
 from .base import OpArgs, Operation
-from .common import next_free_id
+from .common import clear_site_statuses, global_status_comment, next_free_id
 from .expiry import _when, set_members_expiry
 from .group import _check_new_group
 from .names import claim_name
@@ -147,8 +147,6 @@ class EndPrograms(Operation):
         grace_days: int = Field(default=30, ge=0, le=MAX_DAYS)
 
     async def execute(self, session: AsyncClientSession) -> dict[str, list[str]]:
-        from .iam import _comment, clear_site_statuses
-
         a = self.args
         self.ended: dict[str, list[str]] = {}
         for program, users in (await due_program_members(a.now, session)).items():
@@ -156,8 +154,8 @@ class EndPrograms(Operation):
             expires = _when(group.ends_at + timedelta(days=a.grace_days))  # type: ignore[operator]
             for user in await User.find({"name": {"$in": users}}, session=session).to_list():
                 user.status, user.expires_at = "offboarding", expires
-                user.comments.append(_comment("offboarding", f"programme {program} ended "
-                                              f"{as_utc(group.ends_at):%Y-%m-%d}"))
+                user.comments.append(global_status_comment(
+                    "offboarding", f"programme {program} ended {as_utc(group.ends_at):%Y-%m-%d}"))
                 await user.save(session=session)
                 await clear_site_statuses(user.name, session)
             self.ended[program] = sorted(users)

@@ -10,7 +10,7 @@ status, else the global one, ``queries.user.effective_status``):
 - ``active``: every access in the effective list;
 - ``offboarding``: ordinary access (``login-ssh``, ``compute-ssh``, ``ondemand``,
   ``slurm``) stays, a grace window to move data (the Slurm sync already counts
-  offboarding people as eligible, ``sync.slurm_desired.ELIGIBLE_STATUSES``), but
+  offboarding people as eligible, ``sync.slurm.desired.ELIGIBLE_STATUSES``), but
   privileged access (``sudo``, ``root-ssh``) is gone;
 - no status at all (system and shared users are created without one): as ``active``,
   as the exports and sign-in always read it;
@@ -20,7 +20,7 @@ status, else the global one, ``queries.user.effective_status``):
 The stored access lists are never changed by this (a reactivated person gets theirs
 back); only what is exported or projected follows it. Status groups (``active-users``,
 …) still list people by status: they grant nothing. Users: root-key exports
-(``queries.exports.root_key_blocks``), the LDAP projection (``sync.ldap_desired``: access
+(``queries.exports.root_key_blocks``), the LDAP projection (``sync.ldap.desired``: access
 groups and system users' root keys), the legacy puppet tags
 (``queries.puppet_legacy``). Expiry passes without any write, so callers that cache or
 watermark what they built also ask ``soonest`` for when their answer goes stale.

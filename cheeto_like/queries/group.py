@@ -17,6 +17,7 @@ from ..constants import GROUP_TYPES
 from ..errors import InvalidInput, NotFound
 from ..models import Group, GroupMembership, Site, User, UserSiteInfo
 from ..models.base import columns, count, select, select_one
+from .hints import name_hint
 
 Session = AsyncClientSession | None
 # Multi-field lookups go through ``models.base.select`` (one indexed field in the store,
@@ -32,9 +33,7 @@ async def find_group_by_name(name: str, session: Session = None) -> Group | None
 async def get_group(name: str, session: Session = None) -> Group:
     group = await find_group_by_name(name, session)
     if group is None:
-        from .user import _name_hint
-
-        raise NotFound(f"group {name!r} does not exist" + await _name_hint(Group, name, session))
+        raise NotFound(f"group {name!r} does not exist" + await name_hint(Group, name, session))
     return group
 
 

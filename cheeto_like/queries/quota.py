@@ -127,6 +127,14 @@ class _Limits:
     budget_source: str = "none"
 
 
+async def site_quotas(site: str) -> tuple[list[Quota], QuotaDefaults | None]:
+    """A site's quota documents and its defaults (two reads): what decides whether any
+    limit is in force there (``sync.slurm.quota.limits_in_force``) and what every status
+    starts from. Callers outside ``queries/`` read quotas through this (issue 32)."""
+    quotas = await Quota.find({"site": site}).to_list()
+    return quotas, await QuotaDefaults.find_one({"site": site})
+
+
 async def check_subject(site: str, *, user: str | None = None,
                         account: str | None = None) -> None:
     """``NotFound`` for a quota view of a name nobody holds: a user or group the store
@@ -158,9 +166,9 @@ async def quota_status(site: str, now: datetime, *, user: str | None = None,
     """The status of one subject, or (neither given) of every user and account that has
     a quota or used anything in the defaults' current period, plus the ``also``
     subjects ((kind, name); the Slurm sync passes everyone it associates)."""
+    found, defaults = await site_quotas(site)
     quotas = {(("user", q.user) if q.user is not None else ("account", q.account)): q
-              for q in await Quota.find({"site": site}).to_list()}
-    defaults = await QuotaDefaults.find_one({"site": site})
+              for q in found}
     default_window = defaults.window(now) if defaults else (
         QuotaDefaults.model_construct(period="none").window(now))
     subjects: list[tuple[str, str]]

@@ -19,6 +19,7 @@ from ..models.base import ROWS_BATCH, columns, count, select_one
 from ..validation import require_limit
 from .access_status import require_access, require_status
 from .group import name_in
+from .hints import name_hint
 
 Session = AsyncClientSession | None
 Operator = Literal["AND", "OR"]
@@ -51,19 +52,8 @@ async def find_user_by_name(name: str, session: Session = None) -> User | None:
 async def get_user(name: str, session: Session = None) -> User:
     user = await find_user_by_name(name, session)
     if user is None:
-        raise NotFound(f"user {name!r} does not exist" + await _name_hint(User, name, session))
+        raise NotFound(f"user {name!r} does not exist" + await name_hint(User, name, session))
     return user
-
-
-async def _name_hint(model: Any, name: str, session: Session = None) -> str:
-    """`` (did you mean …?)`` from the names of ``model`` (users or groups) closest to
-    ``name``; only outside a transaction (a miss inside one aborts it anyway)."""
-    from ..suggest import did_you_mean
-
-    if session is not None or not name:
-        return ""
-    cursor = model.get_pymongo_collection().find({}, {"name": 1, "_id": 0}, batch_size=5000)
-    return did_you_mean(name, [row["name"] async for row in cursor if row.get("name")])
 
 
 async def find_user(*, name: str | None = None, uid: int | None = None,
@@ -76,7 +66,7 @@ async def find_user(*, name: str | None = None, uid: int | None = None,
     users = await User.find({key: value}, session=session).limit(2).to_list()
     if not users:
         raise NotFound(f"user {value!r} does not exist"
-                       + await _name_hint(User, str(value), session) if key == "name"
+                       + await name_hint(User, str(value), session) if key == "name"
                        else f"no user with {key} {value!r}")
     if len(users) > 1:
         raise InvalidInput(f"several users have {key} {value!r}; look up by name instead")

@@ -50,7 +50,7 @@ from ..queries.offboarding import offboarding_findings
 from ..queries.site import get_site, list_sites
 from ..queries.user import effective_status
 from ..store import Store
-from .slurm_actual import Policy, StateReader
+from .slurm.actual import Policy, StateReader
 
 FINDINGS_BATCH = 1000  # AuditFinding documents per insert
 
@@ -72,7 +72,7 @@ async def _inactive_at(site: str, now: datetime) -> set[str]:
 
 async def slurm_drift(store: Store, site: str, reader: StateReader, *, policy: Policy | None,
                       author: str | None, inactive: set[str]) -> list[Finding]:
-    from .slurm import sync_site
+    from .slurm.run import sync_site
 
     report = await sync_site(store, site, reader=reader, runner=None, apply=False,
                              author=author, policy=policy)
@@ -131,8 +131,8 @@ def _member_name(value: str) -> str | None:
 
 async def ldap_drift(store: Store, config: LDAPConfig, site: str, *, author: str | None,
                      inactive: set[str]) -> list[Finding]:
-    from . import ldap as ldap_sync
-    from .ldap_plan import KINDS
+    from .ldap import run as ldap_sync
+    from .ldap.plan import KINDS
 
     scope = ldap_sync.scope_for(config, kinds=frozenset({*KINDS, "prune"}), full=True)
     report = await ldap_sync.run(store, config, site, scope=scope, dry_run=True,

@@ -168,11 +168,11 @@ def record_crashed(doc: Mapping[str, Any]) -> None:
 def record_quota_blocks(site: str, state: Any) -> None:
     """``cheeto_quota_subjects_blocked{site,kind}`` from a desired Slurm state: users
     with an association, and accounts, whose GrpTRESMins holds a block (``cpu`` or
-    ``gres/gpu`` at 0: ``sync.slurm_quota``). One pass over the associations, and only
+    ``gres/gpu`` at 0: ``sync.slurm.quota``). One pass over the associations, and only
     in a process with metrics on."""
     if not metrics.active():
         return
-    from .slurm_quota import BLOCK_KEYS
+    from .slurm.quota import BLOCK_KEYS
 
     try:
         users = {key.user for key, assoc in state.associations.items()

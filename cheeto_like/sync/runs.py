@@ -12,7 +12,7 @@ have run) or ``planned`` (did not).
 Why a ``SyncStep`` document per started command rather than the run's ``items``: the
 embedded store cannot update one element of a list (``items.N`` paths are refused,
 ``array_filters`` on sub-document fields do not work, ``$push`` of sub-documents is not
-portable: tests/test_store_conformance.py), so updating the run meant ``$set``-ing the
+portable: tests/test_store_conformance*.py), so updating the run meant ``$set``-ing the
 whole list before every command, n writes of n items: quadratic (issue 18; 1,500
 commands rewrote 1,500 items 1,500 times). A step is a few dozen bytes written by ``_id``
 (``RunJournal.steps``: one ``bulk_write`` of upserts), whatever the plan's size. The run

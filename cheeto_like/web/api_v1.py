@@ -294,7 +294,7 @@ def build_router(prefix: str) -> APIRouter:
     @router.get("/why/{site}/{user}", summary="why a user can or cannot submit at a site",
                 responses=READ_ERRORS, tags=["slurm"])
     async def why(who: CurrentPrincipal, site: SiteP, user: Name) -> dict[str, Any]:
-        from ..sync.slurm_why import explain
+        from ..sync.slurm.why import explain
 
         authorize(who, rules.USER_READ, await user_target(user))
         return await explain(site, user, runner=None, scontrol=None)

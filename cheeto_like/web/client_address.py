@@ -7,7 +7,7 @@ a trusted proxy: each proxy appends the peer it saw, so that is the last one wri
 a proxy we trust; anything to its left the client may have made up. If every entry is
 a trusted proxy, the left-most one is the client (a proxy asking for itself).
 
-uvicorn's own proxy handling is configured from the same list (``daemon.api.
+uvicorn's own proxy handling is configured from the same list (``web.app.
 uvicorn_options``), so behind uvicorn the peer arrives already resolved by this rule;
 this function applies it again (idempotent) for every other server and the in-process
 tests.
@@ -21,6 +21,17 @@ from typing import Any
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 MAX_ADDRESS_TEXT = 64
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback address literals (127.0.0.0/8, ::1):
+    a bind there is reachable from this host only (the API's and Flower's checks)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def networks(values: Iterable[str]) -> tuple[Network, ...]:

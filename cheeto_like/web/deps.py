@@ -65,7 +65,7 @@ class Auth:
                            if api.api_key is not None else None)
         # Anonymous callers may read the storage map only on an API started explicitly
         # open (`cheeto daemon api --insecure`, no static key, not managed_keys_only):
-        # ``daemon.api.create_api(..., insecure=True)`` sets it. Root keys always need a
+        # ``web.app.create_api(..., insecure=True)`` sets it. Root keys always need a
         # credential (``puppet_access``), whatever the config.
         self.open_puppet = False
         self._warned_at = -DEPRECATION_LOG_SECONDS

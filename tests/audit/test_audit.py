@@ -17,7 +17,7 @@ from cheeto_like.operations.group_membership import AddGroupMember, AddGroupSpon
 from cheeto_like.operations.quota import AdjustUsage, SetQuota
 from cheeto_like.operations.user import RemoveUserAccess, SetUserStatus
 from cheeto_like.sync.audit import run_audit
-from cheeto_like.sync.slurm_actual import SAcctMgrReader
+from cheeto_like.sync.slurm.actual import SAcctMgrReader
 from tests.factories import AUTHOR, make_group, make_user
 from tests.services.fixtures_people import mail_config
 from tests.sync.test_ldap_sync import Lab

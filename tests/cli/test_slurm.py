@@ -189,7 +189,7 @@ async def test_sync_offline_dump_mode(cli, farm, slurm_env, tmp_path):
              "gpu")
     await ok(cli, "ng", "slurm", "sync", "-s", farm, "--apply")
     files = {}
-    from cheeto_like.sync.slurm_actual import READS
+    from cheeto_like.sync.slurm.actual import READS
     for what, args in READS.items():
         out = slurm_env.sacctmgr("-i", "-P", "-n", *args(farm)).stdout
         files[what] = tmp_path / f"{what}.txt"

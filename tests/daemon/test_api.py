@@ -23,7 +23,10 @@ from ruamel.yaml import YAML
 
 from cheeto_like import __version__
 from cheeto_like.config import ApiConfig, Config, MongoConfig
-from cheeto_like.daemon.api import (
+from cheeto_like.models import History
+from cheeto_like.operations.site import AddSiteAlias
+from cheeto_like.store import Store
+from cheeto_like.web.app import (
     Expiring,
     ExportCache,
     check_bind,
@@ -32,9 +35,6 @@ from cheeto_like.daemon.api import (
     prefers_text,
     uvicorn_options,
 )
-from cheeto_like.models import History
-from cheeto_like.operations.site import AddSiteAlias
-from cheeto_like.store import Store
 from tests.exports.test_golden import seed
 from tests.factories import AUTHOR, make_site
 

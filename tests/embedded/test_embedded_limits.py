@@ -1,7 +1,7 @@
 """The embedded server enforces what a MongoDB replica set enforces: the 16 MiB document
 limit on the wire (past the driver's own check), transactionLifetimeLimitSeconds, and
 the failCommand fail point only with ``enableTestCommands=1``. The store-wide behaviour
-is pinned in tests/test_store_conformance.py; these are the server's edges.
+is pinned in tests/test_store_conformance*.py; these are the server's edges.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ def in_process_server(tmp_path: Path) -> tuple[Any, Any]:
     tests call ``handle_op_msg`` and ``connection_closed`` themselves)."""
     from nx_27017.handler import NeoSQLiteHandler
 
-    from cheeto_like.embedded_server import StoreServer
+    from cheeto_like.embedded_server.server import StoreServer
 
     data = tmp_path / "s"
     data.mkdir()
@@ -162,7 +162,7 @@ async def test_a_command_that_loses_the_race_with_a_rollback_does_not_run(
     first closes and its transaction is rolled back while a command of that transaction,
     already past the owner check on the second, waits for the database. That command
     must fail, not run in autocommit mode (half a transaction, durable)."""
-    from cheeto_like.embedded_server import Connection
+    from cheeto_like.embedded_server.server import Connection
 
     handler, server = in_process_server(tmp_path)
     a, b = Connection(True), Connection(True)
@@ -286,7 +286,7 @@ async def test_closing_a_connection_that_only_saw_the_session_earlier_keeps_the_
     session before its transaction began, and closes while the transaction runs on
     another connection (a cancelled task, a pruned idle connection), must not roll back
     a healthy transaction."""
-    from cheeto_like.embedded_server import Connection
+    from cheeto_like.embedded_server.server import Connection
 
     handler, server = in_process_server(tmp_path)
     a, b = Connection(True), Connection(True)

@@ -1,7 +1,7 @@
 """The embedded server's own renameCollection and drop (nx-27017 renamed in the database
 the command was sent to, had no ``dropTarget``, and its collection cache did not roll
 back with SQLite). The behaviour both stores share is pinned in
-tests/test_store_conformance.py; these are the server's edges: what only the embedded
+tests/test_store_conformance*.py; these are the server's edges: what only the embedded
 store refuses, TTL options across a rename, a drop that forgets its TTL rows, the cache
 after a rolled-back transaction, and a rename waiting for another client's transaction.
 """

@@ -22,8 +22,8 @@ from cheeto_like.daemon.quota_agent import QuotaAgent
 from cheeto_like.enforcement import table as qtable
 from cheeto_like.operations import slurm as slurm_ops
 from cheeto_like.operations.group_membership import AddGroupMember
-from cheeto_like.sync.slurm import sync_site
-from cheeto_like.sync.slurm_actual import SAcctMgrReader
+from cheeto_like.sync.slurm.actual import SAcctMgrReader
+from cheeto_like.sync.slurm.run import sync_site
 from tests.factories import AUTHOR, make_group, make_site, make_user
 from tests.services.slurm_cluster import SlurmCluster, Submitted, ensure_unix_user
 

@@ -19,8 +19,8 @@ from cheeto_like.errors import GuardTripped
 from cheeto_like.models import SyncRun
 from cheeto_like.operations.user import SetUserStatus
 from cheeto_like.sync.runs import close_stale_runs
-from cheeto_like.sync.slurm import sync_site
-from cheeto_like.sync.slurm_actual import SAcctMgrReader
+from cheeto_like.sync.slurm.actual import SAcctMgrReader
+from cheeto_like.sync.slurm.run import sync_site
 from tests.factories import AUTHOR
 from tests.metrics.recorded import recording, sample
 from tests.services.ldap import Slapd

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from cheeto_like.migrate.adopt import DirectoryView, Known, adopt
 from cheeto_like.models import Group, User
-from cheeto_like.sync.ldap_state import entry
-from cheeto_like.sync.slurm_state import AccountState, AssocKey, AssocState, QOSState, SlurmState
+from cheeto_like.sync.ldap.state import entry
+from cheeto_like.sync.slurm.state import AccountState, AssocKey, AssocState, QOSState, SlurmState
 
 
 def _known(*users: str, groups: tuple[str, ...] = ("lab",)) -> Known:

@@ -25,7 +25,7 @@ from cheeto_like.operations.quota import (
 from cheeto_like.operations.usage import ingest, record_content
 from cheeto_like.queries.quota import platform_summary, quota_status
 from cheeto_like.queries.usage import config_seed, factor_table, rate_table
-from cheeto_like.sync.slurm_quota import blocks_from, quota_blocks
+from cheeto_like.sync.slurm.quota import blocks_from, quota_blocks
 
 from ..factories import AUTHOR, make_group, make_site, make_user
 from .test_usage import job

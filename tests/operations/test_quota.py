@@ -260,7 +260,7 @@ async def test_a_quota_stored_before_follows_defaults_reads_as_pinned(farm):
 
 
 async def test_the_slurm_sync_blocks_on_a_followed_default(farm):
-    from cheeto_like.sync.slurm_quota import limits_in_force, quota_blocks
+    from cheeto_like.sync.slurm.quota import limits_in_force, quota_blocks
 
     await seed(farm)  # alice: 150 CPU-minutes in November
     await SetQuota.run(farm, AUTHOR, site="farm", user="alice", gpu_minutes=600.0)

@@ -25,7 +25,7 @@ from cheeto_like.models.base import columns, grouped, grouped_columns, in_id_ran
 from cheeto_like.queries.exports import root_key_blocks
 from cheeto_like.queries.puppet_legacy import site_to_puppet_legacy
 from cheeto_like.store import Store
-from cheeto_like.sync.ldap_desired import desired_state
+from cheeto_like.sync.ldap.desired import desired_state
 
 from ..factories import make_site
 from .test_query_count import listening

@@ -122,8 +122,8 @@ async def take(store: Any, target: str, site: str, ttl: float) -> None:
 
 async def blocked_apply(store: Any, site: str, ttl: float, block: float) -> None:
     from cheeto_like.adapters.sacctmgr import Result, SAcctMgr
-    from cheeto_like.sync.slurm import sync_site
-    from cheeto_like.sync.slurm_actual import SAcctMgrReader
+    from cheeto_like.sync.slurm.actual import SAcctMgrReader
+    from cheeto_like.sync.slurm.run import sync_site
 
     class BlocksTheLoop(SAcctMgr):
         """After its first write, the loop is blocked (as by a long computation in it):

@@ -24,8 +24,8 @@ from cheeto_like.operations.group_membership import AddGroupMember, RemoveGroupM
 from cheeto_like.operations.user import AddUserAccess, SetUserShell
 from cheeto_like.operations.user_site import RemoveSiteUser
 from cheeto_like.store import Store
-from cheeto_like.sync import ldap as sync
-from cheeto_like.sync.ldap_mark import ms, read_mark
+from cheeto_like.sync.ldap import run as sync
+from cheeto_like.sync.ldap.mark import ms, read_mark
 from tests.factories import AUTHOR, make_group, make_user
 from tests.queries.test_query_count import listening
 from tests.services.ldap import Slapd

@@ -6,7 +6,7 @@ combine, and how the tokens are split into parts of bounded size."""
 from __future__ import annotations
 
 from cheeto_like.models.base import LDAPInfo, first_version
-from cheeto_like.sync.ldap_mark import PART_SIZE, SiteMark, _bucket, _split, is_clean
+from cheeto_like.sync.ldap.mark import PART_SIZE, SiteMark, _bucket, _split, is_clean
 
 ALICE = ("user", "alice")
 

@@ -12,14 +12,14 @@ import pytest
 
 from cheeto_like.adapters.ldap import Entry, Mod, normalize_dn
 from cheeto_like.config import LDAPConfig
-from cheeto_like.sync.ldap_desired import (
+from cheeto_like.sync.ldap.desired import (
     DesiredState,
     Record,
     automount_entry,
     group_entry,
     user_entry,
 )
-from cheeto_like.sync.ldap_plan import (
+from cheeto_like.sync.ldap.plan import (
     BATCH_ORDER,
     MEMBER_SEARCH_LIMIT,
     ActualState,
@@ -31,7 +31,7 @@ from cheeto_like.sync.ldap_plan import (
     focus,
     plan,
 )
-from cheeto_like.sync.ldap_state import (
+from cheeto_like.sync.ldap.state import (
     EntryState,
     Layout,
     automount_info,

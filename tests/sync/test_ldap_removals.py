@@ -37,7 +37,7 @@ async def with_members(lab: Lab, count: int) -> tuple[str, list[str]]:
 
 
 async def run(lab: Lab, **kw):
-    from cheeto_like.sync import ldap as sync
+    from cheeto_like.sync.ldap import run as sync
 
     return await sync.run(lab.store, lab.config, lab.site,
                           scope=sync.scope_for(lab.config, kinds=EVERYTHING),

@@ -33,9 +33,9 @@ from cheeto_like.operations.user import (
     SetUserType,
 )
 from cheeto_like.operations.user_site import AddSiteUser, RemoveSiteUser
-from cheeto_like.sync import ldap as sync
-from cheeto_like.sync.ldap_desired import desired_state
-from cheeto_like.sync.ldap_plan import Scope
+from cheeto_like.sync.ldap import run as sync
+from cheeto_like.sync.ldap.desired import desired_state
+from cheeto_like.sync.ldap.plan import Scope
 from tests.factories import (
     AUTHOR,
     ED25519_KEY,

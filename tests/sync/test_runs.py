@@ -25,7 +25,7 @@ from cheeto_like.sync.runs import (
     drop_finished_steps,
     removed_recently,
 )
-from cheeto_like.sync.slurm_why import _last_sync
+from cheeto_like.sync.slurm.why import _last_sync
 from cheeto_like.web.dashboard.pages_operator import runs_context
 
 

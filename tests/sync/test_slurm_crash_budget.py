@@ -41,9 +41,9 @@ from cheeto_like.operations.user import SetUserStatus
 from cheeto_like.queries.sync_runs import live_items, run_items
 from cheeto_like.sync.lease import lease
 from cheeto_like.sync.runs import RunJournal, close_stale_runs
-from cheeto_like.sync.slurm import apply_plan, sync_site
-from cheeto_like.sync.slurm_actual import SAcctMgrReader
-from cheeto_like.sync.slurm_plan import Batch, Command, Plan
+from cheeto_like.sync.slurm.actual import SAcctMgrReader
+from cheeto_like.sync.slurm.plan import Batch, Command, Plan
+from cheeto_like.sync.slurm.run import apply_plan, sync_site
 from tests.factories import AUTHOR, make_group, make_site, make_user
 from tests.queries.test_query_count import listening
 from tests.services.slurm import SlurmAccounting

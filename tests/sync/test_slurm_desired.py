@@ -13,7 +13,7 @@ from cheeto_like.operations import slurm as slurm_ops
 from cheeto_like.operations.group_membership import AddGroupMember, AddGroupSponsor
 from cheeto_like.operations.user import AddUserAccess, SetUserStatus
 from cheeto_like.queries.user import find_site_info, get_user
-from cheeto_like.sync.slurm_desired import desired_state, eligibility
+from cheeto_like.sync.slurm.desired import desired_state, eligibility
 from tests.factories import AUTHOR, make_group, make_site, make_user, site_info
 
 SITE, LAB = "dz", "dzlab"

@@ -20,9 +20,9 @@ from cheeto_like.operations import slurm as slurm_ops
 from cheeto_like.operations.group import RenameGroup
 from cheeto_like.operations.group_membership import AddGroupMember, RemoveGroupMember
 from cheeto_like.operations.user import RenameUser
-from cheeto_like.sync.slurm import Report, sync_site
-from cheeto_like.sync.slurm_actual import Policy, SAcctMgrReader
-from cheeto_like.sync.slurm_why import explain
+from cheeto_like.sync.slurm.actual import Policy, SAcctMgrReader
+from cheeto_like.sync.slurm.run import Report, sync_site
+from cheeto_like.sync.slurm.why import explain
 from tests.factories import AUTHOR, make_group, make_site, make_user
 from tests.services.slurm_cluster import SlurmCluster, ensure_unix_user, rename_unix_user
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from cheeto_like.sync.slurm_plan import BATCH_ORDER, MAX_NAMES_PER_COMMAND, plan
-from cheeto_like.sync.slurm_state import (
+from cheeto_like.sync.slurm.plan import BATCH_ORDER, MAX_NAMES_PER_COMMAND, plan
+from cheeto_like.sync.slurm.state import (
     AccountState,
     AssocKey,
     AssocState,

@@ -7,16 +7,16 @@ the rendered commands and the parsing of the extra columns.
 
 from __future__ import annotations
 
-from cheeto_like.sync.slurm_actual import (
+from cheeto_like.sync.slurm.actual import (
     parse_associations,
     parse_default_accounts,
     parse_limit_rows,
     parse_qos,
     with_limits,
 )
-from cheeto_like.sync.slurm_limits import ASSOC_LIMITS, QOS_LIMITS, reset_args
-from cheeto_like.sync.slurm_plan import plan
-from cheeto_like.sync.slurm_state import AccountState, AssocKey, AssocState, QOSState, SlurmState
+from cheeto_like.sync.slurm.limits import ASSOC_LIMITS, QOS_LIMITS, reset_args
+from cheeto_like.sync.slurm.plan import plan
+from cheeto_like.sync.slurm.state import AccountState, AssocKey, AssocState, QOSState, SlurmState
 
 C = "farm"
 A = AssocState(frozenset({"lab-qos"}), "lab-qos")

@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cheeto_like.sync.slurm_plan import plan
-from cheeto_like.sync.slurm_state import (
+from cheeto_like.sync.slurm.plan import plan
+from cheeto_like.sync.slurm.state import (
     AccountState,
     AssocKey,
     AssocState,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from cheeto_like.errors import GuardTripped
-from cheeto_like.sync.slurm import check_guard
-from cheeto_like.sync.slurm_plan import plan
-from cheeto_like.sync.slurm_state import AccountState, AssocKey, AssocState, SlurmState
+from cheeto_like.sync.slurm.plan import plan
+from cheeto_like.sync.slurm.run import check_guard
+from cheeto_like.sync.slurm.state import AccountState, AssocKey, AssocState, SlurmState
 
 C = "farm"
 LAB = {"lab": AccountState("lab")}

@@ -1,7 +1,7 @@
 """Quota enforcement by Slurm itself, on the live one-node cluster with real jobs.
 
 The Slurm sync writes ``GrpTRESMins=cpu=0`` (``gres/gpu=0``) on the rows of a user or an
-account that has used its quota (sync/slurm_quota.py). Each test asserts on what
+account that has used its quota (sync/slurm/quota.py). Each test asserts on what
 slurmctld does: a new job is refused at submit (or, queued before, pends) with
 ``AssocGrpCPUMinutesLimit`` / ``AssocGrpGRESMinutes`` while others run, a running job is
 not killed, and a credit or a higher quota lets held jobs start after the next sync. The
@@ -25,9 +25,9 @@ from cheeto_like.operations import slurm as slurm_ops
 from cheeto_like.operations.group_membership import AddGroupMember
 from cheeto_like.operations.quota import AdjustUsage, SetQuota
 from cheeto_like.operations.usage import collect
-from cheeto_like.sync.slurm import Report, sync_site
-from cheeto_like.sync.slurm_actual import SAcctMgrReader
-from cheeto_like.sync.slurm_why import explain
+from cheeto_like.sync.slurm.actual import SAcctMgrReader
+from cheeto_like.sync.slurm.run import Report, sync_site
+from cheeto_like.sync.slurm.why import explain
 from tests.factories import AUTHOR, make_group, make_site, make_user
 from tests.services.slurm_cluster import SlurmCluster, ensure_unix_user
 

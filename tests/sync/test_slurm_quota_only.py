@@ -24,23 +24,17 @@ from cheeto_like.operations.usage import ingest
 from cheeto_like.queries.quota import QuotaStatus, ResourceStatus
 from cheeto_like.queries.site import get_site
 from cheeto_like.queries.usage import factor_table
-from cheeto_like.sync.slurm import sync_site
-from cheeto_like.sync.slurm_actual import SAcctMgrReader
-from cheeto_like.sync.slurm_limits import ASSOC_LIMIT_FORMAT
-from cheeto_like.sync.slurm_plan import plan
-from cheeto_like.sync.slurm_quota import (
+from cheeto_like.sync.slurm.actual import SAcctMgrReader
+from cheeto_like.sync.slurm.limits import ASSOC_LIMIT_FORMAT
+from cheeto_like.sync.slurm.plan import plan
+from cheeto_like.sync.slurm.quota import (
     QUOTA_ONLY_NOTE,
     apply_quota_only,
     blocks_from,
     quota_only_state,
 )
-from cheeto_like.sync.slurm_state import (
-    AccountState,
-    AssocKey,
-    AssocState,
-    QOSState,
-    SlurmState,
-)
+from cheeto_like.sync.slurm.run import sync_site
+from cheeto_like.sync.slurm.state import AccountState, AssocKey, AssocState, QOSState, SlurmState
 from tests.factories import AUTHOR, make_group, make_site, make_user
 from tests.services.slurm import SlurmAccounting
 

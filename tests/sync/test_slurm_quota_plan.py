@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 
 from cheeto_like.operations.quota import AdjustUsage, SetQuota, SetQuotaDefaults
 from cheeto_like.queries.quota import QuotaStatus, ResourceStatus
-from cheeto_like.sync.slurm_limits import tres_mins_args
-from cheeto_like.sync.slurm_plan import plan
-from cheeto_like.sync.slurm_quota import blocks_from, quota_blocks, with_blocks
-from cheeto_like.sync.slurm_state import AccountState, AssocKey, AssocState, SlurmState
+from cheeto_like.sync.slurm.limits import tres_mins_args
+from cheeto_like.sync.slurm.plan import plan
+from cheeto_like.sync.slurm.quota import blocks_from, quota_blocks, with_blocks
+from cheeto_like.sync.slurm.state import AccountState, AssocKey, AssocState, SlurmState
 from tests.factories import AUTHOR, make_group, make_site, make_user
 
 C = "farm"

@@ -22,10 +22,10 @@ from cheeto_like.models.fields import utcnow
 from cheeto_like.operations import slurm as slurm_ops
 from cheeto_like.operations.group_membership import AddGroupMember, AddGroupSlurmer
 from cheeto_like.operations.user import AddUserAccess, SetUserStatus
-from cheeto_like.sync.slurm import sync_site
-from cheeto_like.sync.slurm_actual import SAcctMgrReader, actual_state
-from cheeto_like.sync.slurm_desired import desired_state
-from cheeto_like.sync.slurm_plan import plan
+from cheeto_like.sync.slurm.actual import SAcctMgrReader, actual_state
+from cheeto_like.sync.slurm.desired import desired_state
+from cheeto_like.sync.slurm.plan import plan
+from cheeto_like.sync.slurm.run import sync_site
 from tests.factories import AUTHOR, make_group, make_site, make_user
 from tests.services.slurm import SlurmAccounting
 
@@ -311,7 +311,7 @@ async def test_a_hanging_sacctmgr_is_killed_at_the_timeout(lab: Lab, slurm):
     actual = await actual_state(SAcctMgrReader(lab.runner), lab.site)
     planned = plan(desired, actual)
     assert not planned.is_empty
-    from cheeto_like.sync.slurm import apply_plan
+    from cheeto_like.sync.slurm.run import apply_plan
 
     os.kill(slurm.slurmdbd_pid, signal.SIGSTOP)
     try:

@@ -18,10 +18,10 @@ import pytest
 
 from cheeto_like.auth.principal import subject_of
 from cheeto_like.config import ApiConfig, Config, MongoConfig
-from cheeto_like.daemon.api import create_api
 from cheeto_like.operations.group_membership import AddGroupMember, AddGroupSponsor
 from cheeto_like.operations.user import SetUserPassword
 from cheeto_like.store import Store
+from cheeto_like.web.app import create_api
 from tests.factories import AUTHOR, make_group, make_site, make_user
 
 STATIC_KEY = "static-puppet-key-0123456789-abcdefghijkl"

@@ -12,8 +12,8 @@ import pytest
 
 from cheeto_like.auth.apikeys import fingerprint
 from cheeto_like.config import Config
-from cheeto_like.daemon.api import create_api
 from cheeto_like.models import ApiKey, History, RevokedToken
+from cheeto_like.web.app import create_api
 from tests.web.conftest import PASSWORDS, STATIC_KEY, api_config, bearer
 
 PROBLEM = "application/problem+json"
@@ -445,8 +445,8 @@ def test_config_without_api_block_still_builds(world, tmp_path, monkeypatch):  #
 async def test_managed_keys_only_closes_the_puppet_routes(world, tmp_path):  # type: ignore[no-untyped-def]
     import httpx
 
-    from cheeto_like.daemon.api import check_bind
     from cheeto_like.operations.auth import CreateApiKey
+    from cheeto_like.web.app import check_bind
 
     config = api_config(tmp_path, api_key=None, managed_keys_only=True)
     check_bind(config.api, "0.0.0.0", insecure=False)  # nothing is open: no refusal

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from cheeto_like.config import ApiConfig, Config, LDAPConfig, MongoConfig
-from cheeto_like.daemon.api import create_api
+from cheeto_like.web.app import create_api
 from tests.services.ldap import Slapd, ssha
 from tests.web.conftest import PASSWORDS
 

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from cheeto_like.daemon.api import create_api, uvicorn_options
 from cheeto_like.store import Store, connect
+from cheeto_like.web.app import create_api, uvicorn_options
 from cheeto_like.web.client_address import networks, resolve
 from tests.services._proc import free_port
 from tests.web.conftest import PASSWORDS, api_config

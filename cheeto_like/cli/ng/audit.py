@@ -11,7 +11,7 @@ from ...errors import InvalidInput
 from ...files import write_atomically
 from ...queries.audit import SEVERITIES
 from ...sync.audit import run_audit
-from ...sync.slurm_actual import Policy, SAcctMgrReader
+from ...sync.slurm.actual import Policy, SAcctMgrReader
 from .. import args as a
 from ..app import command, group_help
 from ..output import esc

@@ -13,9 +13,9 @@ from typing import Any
 from ...config import LDAPConfig
 from ...errors import ConfigError, Conflict, GuardTripped, InvalidInput
 from ...queries.site import get_site
-from ...sync import ldap as sync
-from ...sync.ldap_plan import KINDS, PRUNE_KINDS
-from ...sync.ldap_state import Layout
+from ...sync.ldap import run as sync
+from ...sync.ldap.plan import KINDS, PRUNE_KINDS
+from ...sync.ldap.state import Layout
 from .. import args as a
 from ..app import command, group_help
 from ..output import esc

@@ -30,8 +30,8 @@ async def site_adopt(args: argparse.Namespace) -> int:
     from ...migrate.adopt_read import known_records, read_directory, read_slurm
     from ...migrate.writer import plan_import, write_import
     from ...queries.site import get_site
-    from ...sync.slurm_actual import Policy
-    from ...sync.slurm_state import owner_tag
+    from ...sync.slurm.actual import Policy
+    from ...sync.slurm.state import owner_tag
     from .ldap import _config
 
     ctx = args.ctx

@@ -10,9 +10,9 @@ from typing import Any
 from ...adapters.sacctmgr import SAcctMgr
 from ...adapters.scontrol import SControl
 from ...errors import GuardTripped, InvalidInput
-from ...sync.slurm import sync_site
-from ...sync.slurm_actual import READS, DumpReader, Policy, SAcctMgrReader
-from ...sync.slurm_why import explain
+from ...sync.slurm.actual import READS, DumpReader, Policy, SAcctMgrReader
+from ...sync.slurm.run import sync_site
+from ...sync.slurm.why import explain
 from .. import args as a
 from ..app import command
 from ..output import esc

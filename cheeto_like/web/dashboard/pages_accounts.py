@@ -22,6 +22,7 @@ from .guard import page
 from .member_usage import member_usage, members_of, month_so_far, usage_pages
 from .render import base_path, may_see_accounts, render
 from .session import Refused, Session, check_csrf, first, read_form, require_session
+from .sites import choose, site_names
 from .tables import Column, Table, read_tables
 from .usage_range import csv_response, read_range
 
@@ -50,20 +51,6 @@ def members_table(account: str) -> Table:
         Column("used_h", "Used (h)", numeric=True, search=False),
         Column("source", "Quota")), default_sort="used_h", default_dir="desc",
         tiebreak="name")
-
-
-async def site_names() -> list[str]:
-    from ...queries.site import list_sites
-
-    return sorted(s.name for s in await list_sites())
-
-
-def choose(sites: list[str], asked: str | None) -> str | None:
-    if asked:
-        if asked not in sites:
-            raise Refused(f"site {asked!r} does not exist", 404)
-        return asked
-    return sites[0] if sites else None
 
 
 async def account_views(site: str, accounts: list[str]) -> list[dict[str, Any]]:

@@ -277,7 +277,7 @@ def add_routes(router: APIRouter) -> None:
     async def me(request: Request, site: str | None = None,
                  by: str | None = None) -> Response:
         from ...queries.quota import quota_status
-        from ...sync.slurm_why import explain
+        from ...sync.slurm.why import explain
 
         session, context = await me_context(request, site, request.query_params.get("from"),
                                             request.query_params.get("to"), by)

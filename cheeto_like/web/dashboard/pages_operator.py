@@ -29,9 +29,9 @@ from ...models.fields import utcnow
 from .charts import quota_bar
 from .forms import NAME, PERIOD_CHOICES, FormErrors, Reader, operation_errors
 from .guard import page
-from .pages_accounts import choose, site_names
 from .render import base_path, may_operate, render
 from .session import Session, check_csrf, first, read_form, require_session
+from .sites import choose, site_names
 from .tables import Column, Table, TableState, read_tables
 
 NOTICES = {"quota": "Quota saved.", "defaults": "Default quotas saved.",

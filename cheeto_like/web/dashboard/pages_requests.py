@@ -354,7 +354,7 @@ def may_manage(who: Principal, account: str) -> bool:
 async def change_member(request: Request, adding: bool) -> Response:
     """Add or remove a member: a ``join``/``leave`` request filed by the sponsor."""
     from ...operations.request import file_request
-    from .pages_accounts import site_names
+    from .sites import site_names
 
     session = await require_session(request)
     fields = await read_form(request)
@@ -525,7 +525,7 @@ def add_routes(router: APIRouter) -> None:
     @page
     async def members_page(request: Request, account: str = "", site: str | None = None,
                            done: str | None = None, n: int | None = None) -> Response:
-        from .pages_accounts import choose, site_names
+        from .sites import choose, site_names
 
         session = await require_session(request)
         who = session.who

@@ -107,7 +107,7 @@ async def server(dash_world: Store, dash_config: Config) -> AsyncIterator[str]:
     """The API app (with the dashboard) on a free loopback port; yields its base URL."""
     import uvicorn
 
-    from cheeto_like.daemon.api import create_api
+    from cheeto_like.web.app import create_api
     from tests.services._proc import free_port
 
     app = create_api(dash_config, store=dash_world)

@@ -76,7 +76,7 @@ ROWS: list[tuple[str, str, dict[str, int]]] = [
 
 @pytest.fixture(scope="module")
 def app(dash_world, dash_config):  # type: ignore[no-untyped-def]
-    from cheeto_like.daemon.api import create_api
+    from cheeto_like.web.app import create_api
 
     return create_api(dash_config, store=dash_world)
 

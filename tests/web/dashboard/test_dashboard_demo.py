@@ -14,7 +14,6 @@ import httpx
 import pytest
 
 from cheeto_like.config import ApiConfig, Config, MongoConfig
-from cheeto_like.daemon.api import create_api
 from cheeto_like.daemon.demo import seed_demo
 from cheeto_like.daemon.demo_dashboard import (
     DEMO_ADMIN,
@@ -23,6 +22,7 @@ from cheeto_like.daemon.demo_dashboard import (
     DEMO_USER,
     demo_logins_line,
 )
+from cheeto_like.web.app import create_api
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ async def test_demo_user_sees_usage_bars(demo_app) -> None:  # type: ignore[no-u
 
 
 async def test_demo_user_can_submit(demo_app) -> None:  # type: ignore[no-untyped-def]
-    from cheeto_like.sync.slurm_why import explain
+    from cheeto_like.sync.slurm.why import explain
 
     why = await explain("farm", DEMO_USER, runner=None, scontrol=None)
     assert why["wanted"]["can_submit"], why["summary"]

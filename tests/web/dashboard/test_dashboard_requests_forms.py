@@ -22,7 +22,7 @@ from cheeto_like.web.dashboard.session import csrf_for
 
 @pytest.fixture(scope="module")
 def app(dash_world, tmp_path_factory):  # type: ignore[no-untyped-def]
-    from cheeto_like.daemon.api import create_api
+    from cheeto_like.web.app import create_api
 
     config = Config(mongo=MongoConfig(),
                     api=ApiConfig(jwt_key_file=tmp_path_factory.mktemp("rq") / "jwt.key"))
@@ -32,7 +32,7 @@ def app(dash_world, tmp_path_factory):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="module")
 def strict_app(dash_world, tmp_path_factory):  # type: ignore[no-untyped-def]
     """A site whose policy wants an operator for membership changes too."""
-    from cheeto_like.daemon.api import create_api
+    from cheeto_like.web.app import create_api
 
     config = Config(mongo=MongoConfig(),
                     api=ApiConfig(jwt_key_file=tmp_path_factory.mktemp("rq") / "jwt.key"),

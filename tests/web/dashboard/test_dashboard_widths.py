@@ -80,7 +80,7 @@ async def whole_page(browser: Browser, name: str) -> None:
 @pytest.fixture(scope="module")
 def server_app(dash_world, dash_config):  # type: ignore[no-untyped-def]
     """An app built as the server's is, for its list of routes."""
-    from cheeto_like.daemon.api import create_api
+    from cheeto_like.web.app import create_api
 
     return create_api(dash_config, store=dash_world)
 

@@ -29,7 +29,7 @@ def test_filters() -> None:
 
 @pytest.fixture(scope="module")
 def app(dash_world, dash_config):  # type: ignore[no-untyped-def]
-    from cheeto_like.daemon.api import create_api
+    from cheeto_like.web.app import create_api
 
     return create_api(dash_config, store=dash_world)
 

@@ -30,23 +30,23 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
-from .. import progress
-from ..adapters.sacctmgr import Result
-from ..errors import Busy, GuardTripped
-from ..files import write_atomically
-from ..models import SyncRun
-from ..models.fields import utcnow
-from ..models.sync import SyncItem
-from ..queries.site import get_site
-from ..store import Store
-from .lease import DEFAULT_TTL, Held, LeaseLost, holder_name, maybe_lease
-from .report import ItemOutcomes
-from .run_metrics import logged_run, record_end, record_quota_blocks
-from .runs import RunJournal, check_budget, close_stale_runs, removed_by
-from .slurm_actual import Policy, StateReader, actual_state, with_deletion_facts
-from .slurm_desired import desired_state
-from .slurm_plan import Plan, plan
-from .slurm_quota import apply_quota_only
+from ... import progress
+from ...adapters.sacctmgr import Result
+from ...errors import Busy, GuardTripped
+from ...files import write_atomically
+from ...models import SyncRun
+from ...models.fields import utcnow
+from ...models.sync import SyncItem
+from ...queries.site import get_site
+from ...store import Store
+from ..lease import DEFAULT_TTL, Held, LeaseLost, holder_name, maybe_lease
+from ..report import ItemOutcomes
+from ..run_metrics import logged_run, record_end, record_quota_blocks
+from ..runs import RunJournal, check_budget, close_stale_runs, removed_by
+from .actual import Policy, StateReader, actual_state, with_deletion_facts
+from .desired import desired_state
+from .plan import Plan, plan
+from .quota import apply_quota_only
 
 TARGET = "slurm"
 

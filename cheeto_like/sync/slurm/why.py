@@ -13,20 +13,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..adapters.sacctmgr import SAcctMgr
-from ..adapters.scontrol import CtldUser, SControl, parse_assoc_mgr
-from ..errors import CheetoError, NotFound
-from ..models.fields import utcnow
-from ..queries.group import user_groups_at_site
-from ..queries.site import get_site
-from ..queries.slurm import user_slurm_at_site
-from ..queries.sync_runs import last_sync_run, live_items
-from ..queries.user import find_site_info, get_user
-from .slurm_actual import read_user_state
-from .slurm_desired import eligibility, user_renames
-from .slurm_limits import describe
-from .slurm_quota import QuotaBlocks, quota_blocks
-from .slurm_state import TRES, AssocKey, AssocState
+from ...adapters.sacctmgr import SAcctMgr
+from ...adapters.scontrol import CtldUser, SControl, parse_assoc_mgr
+from ...errors import CheetoError, NotFound
+from ...models.fields import utcnow
+from ...queries.group import user_groups_at_site
+from ...queries.site import get_site
+from ...queries.slurm import user_slurm_at_site
+from ...queries.sync_runs import last_sync_run, live_items
+from ...queries.user import find_site_info, get_user
+from .actual import read_user_state
+from .desired import eligibility, user_renames
+from .limits import describe
+from .quota import QuotaBlocks, quota_blocks
+from .state import TRES, AssocKey, AssocState
 
 # a limit of 0 on any of these refuses or holds every job of the association
 _BLOCKING = frozenset({"MaxJobs", "MaxSubmitJobs", "GrpJobs", "GrpSubmitJobs"})
@@ -34,7 +34,7 @@ _BLOCKING = frozenset({"MaxJobs", "MaxSubmitJobs", "GrpJobs", "GrpSubmitJobs"})
 
 def _blocking(state: AssocState) -> list[str]:
     """Limits that refuse or hold every job; ``GrpTRESMins=cpu=0`` is a quota block
-    (sync/slurm_quota.py), so it counts (a ``gres/gpu=0`` one holds GPU jobs only)."""
+    (sync/slurm/quota.py), so it counts (a ``gres/gpu=0`` one holds GPU jobs only)."""
     found = [f"{k}={v}" for k, v in state.extra if k in _BLOCKING and v == "0"]
     found += [f"{k}={v} (out of quota)" for k, v in state.extra
               if k == "GrpTRESMins" and "cpu=0" in v.split(",")]

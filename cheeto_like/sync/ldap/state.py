@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from ..adapters.ldap import normalize_dn, parse_dn, rdn
-from ..config import LDAPConfig
+from ...adapters.ldap import normalize_dn, parse_dn, rdn
+from ...config import LDAPConfig
 
 USER_CLASSES = ("top", "inetOrgPerson", "posixAccount", "ldapPublicKey", "shadowAccount")
 GROUP_CLASSES = ("top", "groupOfMembers", "posixGroup")

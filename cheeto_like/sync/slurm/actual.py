@@ -4,7 +4,7 @@ Every read is ``sacctmgr -i -P -n show … format=…`` and scoped to the cluste
 Slurm scopes the entity (associations, default accounts); QOS and coordinators are
 global in slurmdbd, so QOS carry an ownership tag (``Description=cheeto:<cluster>``) and
 only our accounts' coordinators are compared. The formats and output shapes are pinned
-in docs/sacctmgr-notes.md and tests/adapters/test_sacctmgr_conformance.py.
+in docs/sacctmgr-notes.md and tests/adapters/test_sacctmgr_*.py.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from ..adapters.sacctmgr import SAcctMgr
-from ..errors import ExternalError
-from ..models.slurm import walltime_minutes
-from .slurm_limits import (
+from ...adapters.sacctmgr import SAcctMgr
+from ...errors import ExternalError
+from ...models.slurm import walltime_minutes
+from .limits import (
     ACCOUNT_MANAGED,
     ASSOC_LIMIT_FORMAT,
     ASSOC_LIMITS,
@@ -26,7 +26,7 @@ from .slurm_limits import (
     Limits,
     parse_limits,
 )
-from .slurm_state import (
+from .state import (
     OWNER_PREFIX,
     TRES,
     AccountState,
@@ -180,7 +180,7 @@ def parse_limit_rows(text: str) -> dict[tuple[str, str, str], Limits]:
 def with_limits(accounts: dict[str, AccountState], associations: dict[AssocKey, AssocState],
                 limits: dict[tuple[str, str, str], Limits]) -> None:
     """Attach the limits the store does not manage to the rows cheeto owns (in place).
-    GrpTRESMins is the store's too (quota blocks, sync/slurm_quota.py): it goes in
+    GrpTRESMins is the store's too (quota blocks, sync/slurm/quota.py): it goes in
     ``grp_tres_mins``, parsed, so the plan compares it with the wanted value."""
     for name, state in accounts.items():
         own = limits.get((name, "", ""), ())

@@ -36,7 +36,7 @@ ASSOC_LIMITS: tuple[tuple[str, str, bool], ...] = (
 )
 # account rows: limits the store manages itself (compared by AccountState.limits)
 ACCOUNT_MANAGED = frozenset({"GrpJobs", "MaxJobs", "MaxSubmitJobs", "MaxWall"})
-# on account and user rows alike: quota blocks (``grp_tres_mins``, sync/slurm_quota.py)
+# on account and user rows alike: quota blocks (``grp_tres_mins``, sync/slurm/quota.py)
 TRES_MINS = "GrpTRESMins"
 
 # QOS columns other than the ones the store manages (grptres, maxtrespu, maxtres,

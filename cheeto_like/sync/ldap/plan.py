@@ -25,9 +25,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..adapters.ldap import Entry, Mod, normalize_dn
-from .ldap_desired import DesiredState
-from .ldap_state import (
+from ...adapters.ldap import Entry, Mod, normalize_dn
+from .desired import DesiredState
+from .state import (
     INCREMENTAL_ATTRS,
     STRUCTURAL,
     EntryState,

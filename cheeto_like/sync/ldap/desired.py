@@ -22,7 +22,7 @@ What a site projects (the reference's rules, with its defects fixed):
 
 Incremental bookkeeping travels with the state: which records are dirty for this site
 (``ldap.version`` equal to neither the record's own synced token nor the site's mark's,
-``sync/ldap_mark.py``: no clock decides; or an expiry it depends on, its own, its site
+``sync/ldap/mark.py``: no clock decides; or an expiry it depends on, its own, its site
 record's or a key's, passed since then: expiry needs no write, so nothing else would
 notice; a system user is dirty when any root-ssh admin is, for the same reasons),
 ``stale_at`` (the soonest expiry ahead: the mark keeps it, and an unchanged fingerprint
@@ -46,9 +46,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ..config import LDAPConfig
-from ..constants import DEFAULT_SHELL
-from ..models import (
+from ...config import LDAPConfig
+from ...constants import DEFAULT_SHELL
+from ...models import (
     AutomountMap,
     Group,
     GroupMembership,
@@ -58,14 +58,14 @@ from ..models import (
     User,
     UserSiteInfo,
 )
-from ..models.base import columns, rows
-from ..models.fields import utcnow
-from ..queries import access_policy
-from ..queries.site import get_site
-from ..queries.storage import ResolvedStorage
-from ..queries.user import effective_access, effective_status
-from .ldap_mark import SiteMark, is_clean, ms
-from .ldap_state import (
+from ...models.base import columns, rows
+from ...models.fields import utcnow
+from ...queries import access_policy
+from ...queries.site import get_site
+from ...queries.storage import ResolvedStorage
+from ...queries.user import effective_access, effective_status
+from .mark import SiteMark, is_clean, ms
+from .state import (
     EPOCH,
     GROUP_CLASSES,
     KEY_CLASSES,

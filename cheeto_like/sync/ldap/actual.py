@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 
-from ..adapters.ldap import (
+from ...adapters.ldap import (
     Directory,
     Entry,
     escape_filter_value,
@@ -25,9 +25,9 @@ from ..adapters.ldap import (
     parent_dn,
     parse_dn,
 )
-from .ldap_desired import DesiredState
-from .ldap_plan import ActualState, Focus, Scope
-from .ldap_state import AUTOMOUNT_ATTRS, GROUP_ATTRS, USER_ATTRS, EntryState, Kind, attr_names
+from .desired import DesiredState
+from .plan import ActualState, Focus, Scope
+from .state import AUTOMOUNT_ATTRS, GROUP_ATTRS, USER_ATTRS, EntryState, Kind, attr_names
 
 CHUNK = 50  # names per OR-filter
 

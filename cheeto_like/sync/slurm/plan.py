@@ -9,7 +9,7 @@ move before deletes because sacctmgr refuses to delete a user's default associat
 deletes go last, associations before the QOS and accounts they use.
 
 Facts about sacctmgr this relies on are in docs/sacctmgr-notes.md (and pinned by
-tests/adapters/test_sacctmgr_conformance.py). Two shape the deletes: slurmdbd refuses a
+tests/adapters/test_sacctmgr_*.py). Two shape the deletes: slurmdbd refuses a
 removal call that mixes a user's default association rows after non-default ones, so the
 rows are deleted in two calls (non-default rows, then default rows, as they will be once
 defaults have moved); and ``remove qos`` corrupts the QOS lists of any association still
@@ -25,8 +25,8 @@ from itertools import compress, filterfalse, groupby
 from operator import itemgetter, ne, not_
 from typing import Any, Literal
 
-from .slurm_limits import ASSOC_LIMITS, QOS_LIMITS, reset_args, tres_mins_args
-from .slurm_state import (
+from .limits import ASSOC_LIMITS, QOS_LIMITS, reset_args, tres_mins_args
+from .state import (
     TRES,
     AccountState,
     AssocKey,

@@ -42,9 +42,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from ..models.quota import Quota, QuotaDefaults
-from ..queries.quota import QuotaStatus, ResourceStatus, quota_status
-from .slurm_state import TRES, AssocKey, AssocState, SlurmState, tres
+from ...models.quota import Quota, QuotaDefaults
+from ...queries.quota import QuotaStatus, ResourceStatus, quota_status, site_quotas
+from .state import TRES, AssocKey, AssocState, SlurmState, tres
 
 GPU_TRES = "gres/gpu"  # counts every GPU type; typed keys are left to the site
 TRES_OF = {"cpu": "cpu", "gpu": GPU_TRES}
@@ -111,8 +111,7 @@ async def quota_blocks(site: str, now: datetime, *, users: Iterable[str] = (),
     """The blocks at ``site`` now. ``users``/``accounts`` (the desired state's) are
     judged even without a quota of their own or any usage: a default quota of 0 or a
     debit adjustment can put them out too."""
-    quotas = await Quota.find({"site": site}).to_list()
-    defaults = await QuotaDefaults.find_one({"site": site})
+    quotas, defaults = await site_quotas(site)
     if not limits_in_force(quotas, defaults):
         return QuotaBlocks()
     also = [("user", u) for u in users] + [("account", a) for a in accounts]

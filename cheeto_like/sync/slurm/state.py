@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import NamedTuple
 
-from .slurm_limits import Limits
+from .limits import Limits
 
 # TRES: sorted ((key, value), …); a key that is absent is unlimited.
 TRES = tuple[tuple[str, int], ...]
@@ -102,7 +102,7 @@ class AccountState:
     max_submit_jobs: int | None = None
     max_wall_minutes: int | None = None
     extra: Limits = ()  # actual side: other limits set on the account row (to be cleared)
-    grp_tres_mins: TRES = ()  # GrpTRESMins: a quota block (sync/slurm_quota.py)
+    grp_tres_mins: TRES = ()  # GrpTRESMins: a quota block (sync/slurm/quota.py)
 
     @property
     def limits(self) -> tuple[int | None, int | None, int | None, int | None]:
@@ -134,7 +134,7 @@ class AssocState(NamedTuple):
     qos: frozenset[str]
     default_qos: str | None = None
     extra: Limits = ()  # actual side: limits set on the user row itself (to be cleared)
-    grp_tres_mins: TRES = ()  # GrpTRESMins: a quota block (sync/slurm_quota.py)
+    grp_tres_mins: TRES = ()  # GrpTRESMins: a quota block (sync/slurm/quota.py)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ write's outcome. The apply:
   early when the directory becomes unreachable;
 - never raises halfway: the run ends ``ok`` or ``failed`` with the full report.
 Afterwards a whole-site run (users, groups, automounts and the prune) writes the site's
-mark (``sync/ldap_mark.py``): which version of each record the directory now matches
+mark (``sync/ldap/mark.py``): which version of each record the directory now matches
 (the ``ldap.version`` the run *read*, so an edit committed after the read, whenever it
 was stamped, stays dirty), which records failed (still dirty) and what the run left in
 the directory. Any other applying run stamps each record whose writes all succeeded
@@ -48,22 +48,26 @@ from typing import Any
 
 from pymongo import UpdateOne
 
-from ..adapters.ldap import Directory, DirectoryError, Entry, dn_depth, normalize_dn
-from ..config import LDAPConfig
-from ..errors import Busy, GuardTripped, InvalidInput
-from ..models import Group, Storage, SyncRun, User
-from ..models.fields import utcnow
-from ..models.sync import SyncItem
-from ..queries.access_status import SEED_HINT
-from ..queries.group import get_group
-from ..queries.site import get_site
-from ..queries.user import get_user, user_sites
-from ..store import Store
-from .ldap_actual import actual_state, parse_entry, read_memberships
-from .ldap_apply import MAX_STORED_OK_ITEMS, apply_plan, check_guard
-from .ldap_apply import stored_items as _stored_items
-from .ldap_desired import DesiredState, desired_state
-from .ldap_mark import (
+from ...adapters.ldap import Directory, DirectoryError, Entry, dn_depth, normalize_dn
+from ...config import LDAPConfig
+from ...errors import Busy, GuardTripped, InvalidInput
+from ...models import Group, Storage, SyncRun, User
+from ...models.fields import utcnow
+from ...models.sync import SyncItem
+from ...queries.access_status import SEED_HINT
+from ...queries.group import get_group
+from ...queries.site import get_site
+from ...queries.user import get_user, user_sites
+from ...store import Store
+from ..lease import Held, holder_name, maybe_lease
+from ..report import ItemOutcomes
+from ..run_metrics import logged_run, record_end
+from ..runs import RunJournal, check_budget, close_stale_runs
+from .actual import actual_state, parse_entry, read_memberships
+from .apply import MAX_STORED_OK_ITEMS, apply_plan, check_guard
+from .apply import stored_items as _stored_items
+from .desired import DesiredState, desired_state
+from .mark import (
     SiteMark,
     fingerprint,
     forget_marks,
@@ -75,20 +79,8 @@ from .ldap_mark import (
     with_versions,
     write_mark,
 )
-from .ldap_plan import (
-    PRUNE_KINDS,
-    Focus,
-    Plan,
-    Scope,
-    entry_mods,
-    focus,
-    plan,
-)
-from .ldap_state import GROUP_ATTRS, USER_ATTRS, Layout, RecordKey
-from .lease import Held, holder_name, maybe_lease
-from .report import ItemOutcomes
-from .run_metrics import logged_run, record_end
-from .runs import RunJournal, check_budget, close_stale_runs
+from .plan import PRUNE_KINDS, Focus, Plan, Scope, entry_mods, focus, plan
+from .state import GROUP_ATTRS, USER_ATTRS, Layout, RecordKey
 
 TARGET = "ldap"
 

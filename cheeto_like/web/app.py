@@ -10,7 +10,7 @@
 - ``GET /healthz``: 200 when the store answers a ping, else 503 (no key needed; the body
   carries ``status`` and cheeto-like's ``version``,
   never names the store's address);
-- ``/openapi.json`` and ``/docs`` (Swagger UI served from ``daemon/static/``, so it works
+- ``/openapi.json`` and ``/docs`` (Swagger UI served from ``web/static/``, so it works
   offline).
 
 A site is given by name, fqdn or alias (case-insensitively); an unknown one is a 404,
@@ -35,7 +35,6 @@ plus one rebuild.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
 import re
@@ -66,9 +65,10 @@ from ..queries.exports import root_keys_list, root_keys_text, storage_export
 from ..queries.generations import Generation, site_generation
 from ..queries.site import find_site
 from ..store import Store, connect
-from ..web.api_v1 import install_v1
-from ..web.dashboard import install_dashboard
-from ..web.deps import puppet_access, puppet_map_access
+from .api_v1 import install_v1
+from .client_address import is_loopback
+from .dashboard import install_dashboard
+from .deps import puppet_access, puppet_map_access
 
 log = logging.getLogger("cheeto_like.api")
 
@@ -125,16 +125,6 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorDetail, "description": "no site has this name, fqdn or alias"},
     503: {"model": ErrorDetail, "description": "the store does not answer"},
 }
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback address literals (127.0.0.0/8, ::1)."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def open_storage_map(api: ApiConfig, *, insecure: bool) -> bool:
@@ -561,7 +551,7 @@ STATIC_DIR = Path(__file__).parent / "static"
 
 
 def _mount_docs(app: FastAPI, prefix: str) -> None:
-    """``/docs`` with Swagger UI's assets served from ``daemon/static/swagger-ui`` (a
+    """``/docs`` with Swagger UI's assets served from ``web/static/swagger-ui`` (a
     vendored copy of the swagger-ui-dist npm package, Apache-2.0): FastAPI's default page
     loads them from a CDN, which leaves it blank on a network without one. The validator
     badge (another outside host) is off."""

@@ -28,7 +28,7 @@ nothing moved and otherwise read only the changed records:
 - ``stale_ms``: the soonest expiry (epoch ms, the worker's clock) ahead of the run among
   what it projected (users, site records, keys): an expiry passing takes access away
   with no write, so past it an unchanged fingerprint does not skip the run (``fresh``),
-  and the records it concerns read as dirty (``sync.ldap_desired``).
+  and the records it concerns read as dirty (``sync.ldap.desired``).
 - ``fingerprint``: per collection, the count, the latest ``updated_at`` and (users,
   groups, storages) the *sum* of ``ldap.version`` (answered by one ``$group`` each, in SQL
   on the embedded store), plus the site's data generations. When all of them equal the
@@ -40,7 +40,7 @@ nothing moved and otherwise read only the changed records:
 Per-record stamps stay for runs that cover part of a site (``sync-user``, one kind):
 ``ldap.synced_version.<site>`` (the token read) and ``ldap.synced.<site>`` (display); a
 record is clean when either its own token or the site's mark covers it (``is_clean``).
-Only ``sync/ldap.py`` writes marks (under the site's lease); values are ints and strings,
+Only ``sync/ldap/run.py`` writes marks (under the site's lease); values are ints and strings,
 never datetimes (the embedded store keeps a ``$set`` datetime as a string).
 """
 
@@ -55,7 +55,7 @@ from typing import Any
 from pymongo import DeleteMany, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 
-from ..models import (
+from ...models import (
     AutomountMap,
     Group,
     GroupMembership,
@@ -65,9 +65,9 @@ from ..models import (
     User,
     UserSiteInfo,
 )
-from ..models.generation import ALL, site_key
-from ..queries.generations import generations_of
-from .ldap_state import RecordKey
+from ...models.generation import ALL, site_key
+from ...queries.generations import generations_of
+from .state import RecordKey
 
 COLLECTION = "ldap_marks"
 VERSIONS = "ldap_mark_versions"

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 from beanie import Document
 
-from ..models import (
+from ...models import (
     GroupMembership,
     History,
     SlurmAccount,
@@ -39,14 +39,14 @@ from ..models import (
     User,
     UserSiteInfo,
 )
-from ..models.base import columns, group_key, grouped_columns, rows
-from ..models.fields import parse_quota_mb, utcnow
-from ..models.slurm import TRESTotal, walltime_minutes
-from ..queries.site import get_site
-from ..queries.slurm import BUCKETS
-from ..queries.user import effective_access, effective_status
-from .slurm_quota import apply_quota_blocks
-from .slurm_state import (
+from ...models.base import columns, group_key, grouped_columns, rows
+from ...models.fields import parse_quota_mb, utcnow
+from ...models.slurm import TRESTotal, walltime_minutes
+from ...queries.site import get_site
+from ...queries.slurm import BUCKETS
+from ...queries.user import effective_access, effective_status
+from .quota import apply_quota_blocks
+from .state import (
     TRES,
     AccountState,
     AssocKey,

@@ -4,7 +4,7 @@
 skipped), the lease is fenced before each batch through the journal and checked with
 ``held.gone()`` before each change, deletes are skipped once anything before them
 failed, and an unreachable directory or a refused bind skips everything after it.
-Split from ``sync/ldap.py`` (the run, the watermarks, clearing a tree) to keep both
+Split from ``sync/ldap/run.py`` (the run, the watermarks, clearing a tree) to keep both
 small.
 """
 
@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from .. import progress
-from ..adapters.ldap import Directory, DirectoryError
-from ..errors import GuardTripped
-from ..models.sync import SyncItem
-from .ldap_plan import SEQUENTIAL_BATCHES, Change, Plan
-from .lease import Held, LeaseLost
-from .runs import RunJournal
+from ... import progress
+from ...adapters.ldap import Directory, DirectoryError
+from ...errors import GuardTripped
+from ...models.sync import SyncItem
+from ..lease import Held, LeaseLost
+from ..runs import RunJournal
+from .plan import SEQUENTIAL_BATCHES, Change, Plan
 
 MAX_STORED_OK_ITEMS = 1000  # a full sync of a large site would not fit one document
 _FATAL = ("unreachable", "auth")
