@@ -124,8 +124,16 @@ async def test_cli_collect_moves_the_watermark_and_quota_show_reads_squeue(
     assert r.json()["inserted"] >= 4
     cursor = await UsageCursor.find_one({"site": "farm"})
     assert cursor is not None and cursor.cluster == "farm"
+    before = {(x.job_id, x.cluster) for x in await UsageRecord.find({"site": "farm"}).to_list()}
     r = await cli("ng", "usage", "collect", "-s", "farm", "--json")  # from the watermark
-    assert r.code == 0 and r.json()["inserted"] == 0
+    assert r.code == 0, r.stderr
+    after = await UsageRecord.find({"site": "farm"}).to_list()
+    assert len(after) == len({(x.job_id, x.cluster) for x in after})  # no job twice
+    # the shared cluster's earlier jobs (cancelled when this module reset it) may reach
+    # slurmdbd after the first collect: only those may be new, never this test's jobs
+    late = [x.job_id for x in after if (x.job_id, x.cluster) not in before]
+    assert r.json()["inserted"] == len(late) and r.json()["replaced"] == 0
+    assert not {j.split("_")[0] for j in late} & set(ids)
 
     running = cluster.submit(USER, "-A", "lab", "-p", "cpu", "-c", "2", wrap="sleep 30")
     assert running.accepted
