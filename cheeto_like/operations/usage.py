@@ -201,7 +201,10 @@ async def ingest(store: Store, site: str, jobs: Iterable[SacctJob], factors: Fac
     for job in jobs:
         by_key[record_key(site, job.cluster, job.job_id)] = job
     counts = IngestCounts(seen=len(by_key))
-    keys = list(by_key)
+    # by subject: a chunk then moves the totals of few subjects (a 2,000-job chunk of a
+    # year's jobs in sacct's order touched ~3,600 totals documents; by user, ~900), so
+    # each transaction writes less and two charges of one site conflict less
+    keys = sorted(by_key, key=lambda k: (by_key[k].user, by_key[k].account, k))
     mark = bool(keys) and await needs_mark(site)
     for start in range(0, len(keys), chunk):
         built = {}
