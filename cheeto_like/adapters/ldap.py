@@ -28,11 +28,11 @@ import bonsai
 from bonsai import LDAPClient, LDAPEntry, LDAPModOp, LDAPSearchScope
 from bonsai._bonsai import ldapconnection
 from bonsai.asyncio import AIOLDAPConnection
-from bonsai.ldapvaluelist import LDAPValueList
 from pydantic import SecretStr
 
 from ..config import LDAPConfig
 from ..errors import ExternalError
+from .ldap_wire import AddPipe, BindRefused, WireError
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +47,18 @@ ErrorCode = Literal["unreachable", "auth", "timeout", "not_found", "exists", "sc
 # -- escaping (RFC 4514 DNs, RFC 4515 filters) -------------------------------------------
 
 _DN_SPECIAL = frozenset('"+,;<>\\=')
+_DN_PLAIN = re.compile(r'[^"+,;<>\\=\x00]*')  # none of the above, no NUL
 _ATTR_TYPE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9-]*|[0-9]+(?:\.[0-9]+)*)$")
 _FILTER_SPECIAL = {"\\": r"\5c", "*": r"\2a", "(": r"\28", ")": r"\29", "\0": r"\00"}
 
 
 def escape_dn_value(value: str) -> str:
     """An attribute value made safe for a DN (RFC 4514 §2.4): ``" + , ; < > \\ =`` get a
-    backslash, so do a leading ``#`` or space and a trailing space; NUL becomes ``\\00``."""
+    backslash, so do a leading ``#`` or space and a trailing space; NUL becomes ``\\00``.
+    Names and member DNs are nearly always plain: those return as they are, without the
+    walk (a full sync escapes ~150,000 values)."""
+    if value and _DN_PLAIN.fullmatch(value) and value[0] not in "# " and value[-1] != " ":
+        return value
     out = []
     last = len(value) - 1
     for i, ch in enumerate(value):
@@ -214,21 +219,6 @@ def _entry(raw: Any) -> Entry:
     return Entry(str(raw.dn), attrs)
 
 
-def _value_list(values: list[str]) -> LDAPValueList | list[str]:
-    """The values of one attribute of an add, as bonsai keeps them. ``LDAPValueList``
-    checks each value against the others one by one (60 of the 80 µs an entry took to
-    build, 34,000 entries in a full sync); values already unique ignoring case are
-    handed over as a filled list marked added (what its own ``extend`` leaves), anything
-    else goes through bonsai's checks (which refuse the duplicate, as before)."""
-    if len({v.lower() for v in values}) != len(values):
-        return values
-    filled = LDAPValueList()
-    list.extend(filled, values)
-    filled.added.extend(values)
-    filled.status = 1
-    return filled
-
-
 # -- errors --------------------------------------------------------------------------------
 
 
@@ -250,6 +240,11 @@ _RESULT_CODES: tuple[tuple[type[Exception], ErrorCode], ...] = (
     (bonsai.UnwillingToPerform, "refused"),
     (bonsai.NotAllowedOnNonleaf, "refused"),
 )
+
+
+# the same result codes by number, for replies read by ``ldap_wire``
+_WIRE_CODES: dict[int, ErrorCode] = {32: "not_found", 68: "exists", 65: "schema",
+                                     50: "refused", 53: "refused", 66: "refused"}
 
 
 def _reason(exc: BaseException) -> str:
@@ -390,12 +385,22 @@ class Directory:
         self._closed = False
         self.writes: Counter[str] = Counter()
         self.server: str | None = None  # the server the last connection went to
-        self.peak_in_flight = 0  # most requests one connection carried at once
+        self._peak = 0  # most requests one bonsai connection carried at once
+        self._pipe: AddPipe | None = None  # the adds' own connections, made on the first
 
     @property
     def connections(self) -> int:
-        """Bound connections open now."""
-        return len(self._live)
+        """Bound connections open now (the adds' included)."""
+        return len(self._live) + (self._pipe.connections if self._pipe else 0)
+
+    @property
+    def peak_in_flight(self) -> int:
+        """Most requests one connection carried at once."""
+        return max(self._peak, self._pipe.peak_in_flight if self._pipe else 0)
+
+    def _room(self) -> bool:
+        """Whether one more connection keeps the total within ``max_connections``."""
+        return self.connections + self._opening < self.max_connections
 
     async def __aenter__(self) -> Directory:
         await self.open()
@@ -414,6 +419,8 @@ class Directory:
 
     async def close(self) -> None:
         self._closed = True
+        if self._pipe is not None:
+            await self._pipe.close()
         while self._live:
             conn = self._live.pop()
             try:
@@ -482,8 +489,7 @@ class Directory:
             else:
                 conn = min((c for c in self._live if not c.alone), key=lambda c: c.users,
                            default=None)
-            if conn is None or (conn.users >= self.window
-                                and len(self._live) + self._opening < self.max_connections):
+            if conn is None or (conn.users >= self.window and self._room()):
                 self._opening += 1
                 try:
                     conn = await self._connect()
@@ -492,7 +498,7 @@ class Directory:
                 self._live.append(conn)
             conn.users += 1
             conn.alone = alone
-            self.peak_in_flight = max(self.peak_in_flight, conn.users)
+            self._peak = max(self._peak, conn.users)
             healthy = False
             try:
                 yield conn
@@ -573,19 +579,31 @@ class Directory:
         return await self.get(dn, ["1.1"]) is not None
 
     async def add(self, dn: str, attrs: Mapping[str, Iterable[str]]) -> None:
-        try:  # built once, also for the retry on a fresh connection
-            entry = LDAPEntry(dn)
-            for name, values in attrs.items():
-                listed = [str(v) for v in values]
-                if listed:
-                    entry[name] = _value_list(listed)
-        except bonsai.LDAPError as exc:  # a malformed DN
-            raise _translate(exc, "add", dn) from None
-
-        async def call(conn: _Connection) -> None:
-            await conn.add(entry)  # _run's wait_for is the time limit
-
-        await self._run("add", dn, call)
+        """Adds go over ``ldap_wire.AddPipe`` (encoded once, pipelined; see its module
+        for why), to the servers in the order the bonsai pool would try them now."""
+        if self._closed:
+            raise DirectoryError("the LDAP client is closed")
+        if self._pipe is None:
+            servers = self.config.servers
+            self._pipe = AddPipe(self.config, room=self._room, window=self.window, servers=[
+                                     servers[(self._preferred + k) % len(servers)]
+                                     for k in range(len(servers))])
+        try:
+            async with self._slots:  # the pool's bound on requests in flight, shared
+                result = await self._pipe.add(dn, attrs)
+        except TimeoutError:
+            raise DirectoryError(f"LDAP add {dn} timed out after {self.timeout:g}s",
+                                 code="timeout", transient=True, dn=dn) from None
+        except BindRefused:
+            who = self.config.login_dn or "anonymous"
+            raise DirectoryError(f"LDAP bind as {who} refused: invalid credentials",
+                                 code="auth") from None
+        except WireError as exc:
+            raise DirectoryError(f"LDAP add {dn}: connection lost: {exc}",
+                                 code="unreachable", transient=True, dn=dn) from None
+        if result.code:
+            raise DirectoryError(f"LDAP add {dn} failed: {result.text}",
+                                 code=_WIRE_CODES.get(result.code, "other"), dn=dn)
         self.writes["add"] += 1
 
     async def modify(self, dn: str, mods: Sequence[Mod]) -> None:

@@ -33,7 +33,8 @@ class LDAPConfig(Block):
     request_timeout_seconds: float = Field(default=10.0, gt=0)  # seconds one LDAP request may take
     # seconds to wait for a connection to a server
     connect_timeout_seconds: float = Field(default=5.0, gt=0)
-    # most connections the client pool opens at once
+    # most connections the client pool opens at once (adds pipeline on connections of
+    # their own within this bound, at least one besides the searches' one)
     pool_max_connections: int = Field(default=5, ge=1)
     # connections bound at start and kept open when idle
     pool_idle_connections: int = Field(default=2, ge=0)
