@@ -127,7 +127,7 @@ mongo:
 #         # prune: true
 #         # force: false
 #         # max_deletions: 50
-#         # concurrency: 1
+#         # concurrency: 8
 #       # sympa:                      # the sympa_export task
 #       #   schedule: "0 3 * * *"
 #       #   output_dir: /srv/sympa/lists   # writes <output_dir>/<site>.txt

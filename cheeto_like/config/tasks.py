@@ -89,7 +89,7 @@ class LDAPSyncTask(SiteTaskBlock):
     prune: bool = True  # also delete entries the store no longer has
     force: bool = False  # rewrite entries even when they match
     max_deletions: int | None = Field(default=50, ge=0)  # null: no cap
-    concurrency: int = Field(default=1, ge=1, le=64)  # LDAP writes in flight
+    concurrency: int = Field(default=8, ge=1, le=64)  # LDAP writes in flight
 
 
 class SympaTask(SiteTaskBlock):

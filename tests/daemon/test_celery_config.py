@@ -75,7 +75,7 @@ puppet_sync: {repo: /srv/puppet, push: false}
     assert (tasks.slurm_sync.apply, tasks.slurm_sync.sudo, tasks.slurm_sync.max_deletions,
             tasks.slurm_sync.timeout_seconds) == (True, False, 50, 60.0)
     assert (tasks.ldap_sync.prune, tasks.ldap_sync.full, tasks.ldap_sync.concurrency) == \
-        (True, False, 1)
+        (True, False, 8)
     assert tasks.sympa.output_dir == Path.home() / "lists" and tasks.sympa.ignore is None
     assert tasks.puppet_sync.repo == Path("/srv/puppet") and tasks.puppet_sync.base_branch == \
         "main"

@@ -166,8 +166,9 @@ def _(parser: a.Parser) -> None:
                              "sync (repairs drift made by hand)")
     parser.add_argument("--force", action="store_true",
                         help="delete and re-add every entry compared (counts as deletions)")
-    parser.add_argument("--concurrency", type=int, default=1,
-                        help="LDAP writes in flight at once (default 1)")
+    parser.add_argument("--concurrency", type=int, default=8,
+                        help="LDAP writes in flight at once (default 8; within the "
+                             "ldap section's pool_max_connections)")
     parser.add_argument("--scope", default="users,groups,automounts,prune",
                         help="what to sync: a subset of users,groups,automounts,prune")
     parser.add_argument("--no-prune", action="store_true",
