@@ -159,42 +159,45 @@ def tls_context(config: LDAPConfig) -> ssl.SSLContext:
     return context
 
 
-class WireConnection:
-    """One bound connection: requests are written as they come, a reader task hands
-    each reply to its waiter by message id."""
+class WireConnection(asyncio.Protocol):
+    """One bound connection, as an asyncio protocol: requests are written as they come
+    and each reply is handed to its waiter from ``data_received`` (no reader task, no
+    stream buffer: one callback per batch of replies)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
         self.waiting: dict[int, asyncio.Future[Result]] = {}
         self.next_id = 1
         self.users = 0
         self.failed: str | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._buf = b""
 
     @classmethod
     async def open(cls, url: str, config: LDAPConfig) -> WireConnection:
         """Connect, StartTLS when ``use_tls`` asks for it, bind; ``WireError`` when the
         server cannot be reached or spoken to, ``BindRefused`` on bad credentials."""
+        loop = asyncio.get_running_loop()
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
+        host = parts.hostname or "localhost"
+        port = parts.port or (636 if scheme == "ldaps" else 389)
+        context = tls_context(config) if scheme == "ldaps" else None
         try:
-            host = parts.hostname or "localhost"
-            port = parts.port or (636 if scheme == "ldaps" else 389)
-            context = tls_context(config) if scheme == "ldaps" else None
-            reader, writer = await asyncio.open_connection(
-                host, port, ssl=context, server_hostname=host if context else None)
-        except (OSError, ssl.SSLError) as exc:
+            _, conn = await loop.create_connection(
+                cls, host, port, ssl=context, server_hostname=host if context else None)
+        except OSError as exc:  # ssl.SSLError included
             raise WireError(str(exc) or type(exc).__name__) from None
-        conn = cls(reader, writer)
         try:
             if scheme == "ldap" and config.use_tls:
-                result = await conn._call(_tlv(_EXTENDED_REQUEST, _tlv(0x80, STARTTLS_OID)))
+                result = await conn.send(_tlv(_EXTENDED_REQUEST, _tlv(0x80, STARTTLS_OID)))
                 if result.code != 0:
                     raise WireError(f"StartTLS refused: {result.text}")
-                await writer.start_tls(tls_context(config), server_hostname=host)
+                assert conn.transport is not None
+                conn.transport = await loop.start_tls(  # type: ignore[assignment]
+                    conn.transport, conn, tls_context(config), server_hostname=host)
             password = config.password.get_secret_value() if config.password else ""
-            result = await conn._call(_bind_request(config.login_dn or "", password))
-        except (OSError, ssl.SSLError, EOFError, WireError) as exc:
+            result = await conn.send(_bind_request(config.login_dn or "", password))
+        except (OSError, WireError) as exc:
             conn.close()
             raise WireError(str(exc) or type(exc).__name__) from None
         if result.code == 49:
@@ -203,68 +206,50 @@ class WireConnection:
         if result.code != 0:
             conn.close()
             raise WireError(f"bind failed: {result.text}")
-        conn._task = asyncio.get_running_loop().create_task(conn._read_replies())
         return conn
 
-    async def _call(self, op: bytes) -> Result:
-        """One request and its reply, before the reader task runs (StartTLS, bind)."""
-        msg_id = self.next_id
-        self.next_id += 1
-        self.writer.write(_message(msg_id, op))
-        await self.writer.drain()
-        tag, length, _ = await self._read_header()
-        body = await self.reader.readexactly(length)
-        got_id, _, result = parse_message(body)
-        if tag != _SEQUENCE or got_id != msg_id:
-            raise WireError("unexpected LDAP reply")
-        return result
+    # -- asyncio.Protocol
 
-    async def _read_header(self) -> tuple[int, int, int]:
-        head = await self.reader.readexactly(2)
-        if head[1] >= 0x80:
-            head += await self.reader.readexactly(head[1] & 0x7F)
-        got = _header(head, 0)
-        if got is None:
-            raise WireError("malformed LDAP reply")
-        return got
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf + data if self._buf else data
+        pos = 0
+        try:
+            while (got := _header(buf, pos)) is not None and got[2] + got[1] <= len(buf):
+                tag, length, start = got
+                pos = start + length
+                if tag != _SEQUENCE:
+                    raise WireError("malformed LDAP reply")
+                msg_id, _, result = parse_message(buf[start:pos])
+                if msg_id == NOTICE_OF_DISCONNECTION:
+                    raise WireError(f"the server disconnected: {result.text}")
+                future = self.waiting.pop(msg_id, None)
+                if future is not None and not future.done():
+                    future.set_result(result)
+        except WireError as exc:
+            self._fail(str(exc))
+            return
+        self._buf = buf[pos:]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(str(exc) if exc else "the server closed the connection")
+
+    # -- requests
 
     def send(self, op: bytes) -> asyncio.Future[Result]:
         """Write one request now; the future gets its reply."""
-        if self.failed is not None:
-            raise WireError(self.failed)
+        if self.failed is None and (self.transport is None or self.transport.is_closing()):
+            self._fail("the connection is closing")  # lost before asyncio said so
+        if self.failed is not None or self.transport is None:
+            raise WireError(self.failed or "not connected")
         msg_id = self.next_id
         self.next_id = msg_id + 1 if msg_id < 2**31 - 1 else 1
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self.waiting[msg_id] = future
-        self.writer.write(_message(msg_id, op))
+        self.transport.write(_message(msg_id, op))
         return future
-
-    async def _read_replies(self) -> None:
-        buf = b""
-        try:
-            while True:
-                chunk = await self.reader.read(1 << 18)
-                if not chunk:
-                    raise WireError("the server closed the connection")
-                buf = buf + chunk if buf else chunk
-                pos = 0
-                while (got := _header(buf, pos)) is not None and got[2] + got[1] <= len(buf):
-                    tag, length, start = got
-                    pos = start + length
-                    if tag != _SEQUENCE:
-                        raise WireError("malformed LDAP reply")
-                    msg_id, _, result = parse_message(buf[start:pos])
-                    if msg_id == NOTICE_OF_DISCONNECTION:
-                        raise WireError(f"the server disconnected: {result.text}")
-                    future = self.waiting.pop(msg_id, None)
-                    if future is not None and not future.done():
-                        future.set_result(result)
-                buf = buf[pos:]
-        except asyncio.CancelledError:
-            self._fail("the connection was closed")
-            raise
-        except (OSError, EOFError, ssl.SSLError, WireError) as exc:
-            self._fail(str(exc) or type(exc).__name__)
 
     def _fail(self, why: str) -> None:
         self.failed = self.failed or why
@@ -272,16 +257,14 @@ class WireConnection:
         for future in waiting.values():
             if not future.done():
                 future.set_exception(WireError(why))
-        with contextlib.suppress(Exception):
-            self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
 
     def close(self) -> None:
         """Unbind (best effort) and drop the socket; whatever is in flight fails."""
-        if self.failed is None:
+        if self.failed is None and self.transport is not None:
             with contextlib.suppress(Exception):
-                self.writer.write(_message(self.next_id, bytes((_UNBIND_REQUEST, 0))))
-        if self._task is not None:
-            self._task.cancel()
+                self.transport.write(_message(self.next_id, bytes((_UNBIND_REQUEST, 0))))
         self._fail("the connection was closed")
 
 

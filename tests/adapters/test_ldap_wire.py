@@ -164,7 +164,8 @@ async def test_an_add_on_a_dropped_connection_is_retried_on_a_new_one(slapd: Sla
         await d.add(f"cn=one,{base}", group("one"))
         assert d._pipe is not None
         [conn] = d._pipe._live
-        conn.writer.transport.abort()  # type: ignore[attr-defined]
+        assert conn.transport is not None
+        conn.transport.abort()
         await d.add(f"cn=two,{base}", group("two"))
         assert conn.failed is not None and conn not in d._pipe._live
         assert await d.exists(f"cn=two,{base}") and d.writes == {"add": 2}
