@@ -27,13 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pymongo import DeleteMany
 from ruamel.yaml import YAML
 
 from cheeto_like.config import EmbeddedStoreConfig, MongoConfig
 from cheeto_like.constants import ACCESS_GROUP_NAMES, SPECIAL_GID_START, STATUS_GROUP_NAMES
 from cheeto_like.embedded import EmbeddedServer
 from cheeto_like.models import ALL_MODELS, Group, NameClaim
-from cheeto_like.store import Store, connect
+from cheeto_like.models.base import insert_document
+from cheeto_like.store import Store, client_bulk_write_supported, connect
 
 # The real services' fixtures (slapd, slurm_accounting, slurm_cluster, rabbitmq), defined
 # once for the whole session so each service starts once; see tests/services/fixtures.py.
@@ -99,16 +101,30 @@ async def store(mongo_config: MongoConfig, request: pytest.FixtureRequest) -> As
 
 async def seed_access_status(gid_start: int = SPECIAL_GID_START) -> None:
     """Insert the standard access and status groups directly (no History row), with
-    their name-registry rows."""
+    their name-registry rows: two inserts (most tests start here)."""
+    groups, claims = [], []
     gid = gid_start
     for kind, names in (("access", ACCESS_GROUP_NAMES), ("status", STATUS_GROUP_NAMES)):
         for shorthand, name in names.items():
-            await Group(name=name, gid=gid, type=kind, shorthand=shorthand).insert()
-            await NameClaim(name=name, kind="group").insert()  # as the seeding operation does
+            groups.append(insert_document(Group(name=name, gid=gid, type=kind,
+                                                shorthand=shorthand)))
+            claims.append(insert_document(NameClaim(name=name, kind="group")))  # as seeding
             gid += 1
+    await Group.get_pymongo_collection().insert_many(groups)
+    await NameClaim.get_pymongo_collection().insert_many(claims)
 
 
 async def wipe() -> None:
+    """Empty every collection: one client ``bulkWrite`` where the server has it (a
+    round trip per collection, ~70 of them, before every test was minutes of the
+    suite), else a ``delete_many`` each."""
+    database = Group.get_pymongo_collection().database
+    if client_bulk_write_supported(database.client):
+        db = database.name
+        await database.client.bulk_write(
+            [DeleteMany({}, namespace=f"{db}.{model.get_collection_name()}")
+             for model in ALL_MODELS], ordered=False)
+        return
     for model in ALL_MODELS:
         await model.get_pymongo_collection().delete_many({})
 
