@@ -234,10 +234,19 @@ async def flat_costs(store: Any, ledger: int, rounds: int,
     small = await quota_reads(rounds)
     fill += await top_up(store, ledger, 10_000, factors, next_id=20_000_000)
     large = await quota_reads(rounds)
+    ratios = {k: round(large[k]["median"] / small[k]["median"], 2)
+              for k in small if not k.startswith("subjects")}
+    # a month of a 10k ledger holds fewer subjects than a month of 1M: the same ratio per
+    # subject in the status says whether the cost follows the jobs or the people
+    per_subject = {}
+    for k in ratios:
+        period = k.rsplit("period ", 1)[1]
+        more = (large[f"subjects in status, period {period}"]
+                / small[f"subjects in status, period {period}"])
+        per_subject[k] = round(ratios[k] / more, 2)
     return {"small_rows": 10_000, "large_rows": ledger, "fill_s": round(fill, 1),
-            "small": small, "large": large,
-            "ratio_large_to_small": {k: round(large[k]["median"] / small[k]["median"], 2)
-                                     for k in small if not k.startswith("subjects")}}
+            "small": small, "large": large, "ratio_large_to_small": ratios,
+            "ratio_large_to_small_per_subject": per_subject}
 
 
 async def run(rows: int, ledger: int, rounds: int) -> dict[str, Any]:
