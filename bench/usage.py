@@ -16,7 +16,8 @@
   quota part of the Slurm sync, ``ng quota show`` (the site-wide status) and ``ng usage
   summary`` (the platform summary) at 10k ledger rows and at ``--ledger`` rows (the
   running totals built with the bulk top-up, as the charge path keeps them), with the
-  ratio large / 10k.
+  ratio large / 10k, also per subject in the status (a month of a small ledger holds
+  fewer people). The reports run last, over that large ledger.
 Prints one JSON object on stdout; progress on stderr.
 
     .venv/bin/python bench/usage.py [--rows 100000] [--ledger 1000000] [--rounds 5]
