@@ -28,6 +28,7 @@ from ..config import LDAPConfig
 
 STARTTLS_OID = b"1.3.6.1.4.1.1466.20037"
 NOTICE_OF_DISCONNECTION = 0  # the message id of an unsolicited notification
+MAX_REPLY = 1 << 20
 
 # application tags (RFC 4511 §4.2–4.12)
 _BIND_REQUEST, _BIND_RESPONSE = 0x60, 0x61
@@ -117,7 +118,10 @@ def _header(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int, in
         raise WireError(f"malformed LDAP reply (length of {count} bytes)")
     if pos + 2 + count > len(buf):
         return None
-    return tag, int.from_bytes(buf[pos + 2:pos + 2 + count], "big"), pos + 2 + count
+    length = int.from_bytes(buf[pos + 2:pos + 2 + count], "big")
+    if length > MAX_REPLY:  # replies to adds are a few bytes: never buffer a server's GBs
+        raise WireError(f"LDAP reply of {length} bytes refused")
+    return tag, length, pos + 2 + count
 
 
 def _element(buf: bytes, pos: int, tag: int | None = None) -> tuple[bytes, int]:
@@ -140,9 +144,14 @@ def parse_message(body: bytes) -> tuple[int, int, Result]:
     code, at = _element(op, 0, _ENUMERATED)
     matched, at = _element(op, at, _OCTETS)
     message, _ = _element(op, at, _OCTETS)
-    return msg_id, op_tag, Result(int.from_bytes(code, "big"),
-                                  matched.decode("utf-8", "replace"),
-                                  message.decode("utf-8", "replace").strip())
+    return msg_id, op_tag, Result(int.from_bytes(code, "big"), _printable(matched),
+                                  _printable(message))
+
+
+def _printable(raw: bytes) -> str:
+    """Server text as one line of printable characters (it ends up in error lines)."""
+    text = raw.decode("utf-8", "replace")
+    return "".join(ch if ch.isprintable() else " " for ch in text).strip()
 
 
 # -- one connection ------------------------------------------------------------------------

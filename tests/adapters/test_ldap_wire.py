@@ -61,9 +61,17 @@ def test_a_reply_is_read_only_when_whole_and_its_result_parsed():
         parse_message(b"\x02\x01\x01\x69\x05\x0a\x01")  # cut short
 
 
-def test_a_length_of_more_than_four_bytes_is_refused():
+def test_a_length_of_more_than_four_bytes_or_a_huge_reply_is_refused():
     with pytest.raises(WireError):
         _header(b"\x30\x85\x01\x00\x00\x00\x00", 0)
+    with pytest.raises(WireError):
+        _header(b"\x30\x84\x40\x00\x00\x00", 0)  # 1 GiB
+
+
+def test_server_text_is_one_printable_line():
+    result = b"\x0a\x01\x41" + b"\x04\x00" + _tlv(0x04, b"bad\n\x1b[31mred\x07")
+    _, _, parsed = parse_message(b"\x02\x01\x05" + _tlv(0x69, result))
+    assert parsed.message == "bad  [31mred"
 
 
 # -- against slapd ---------------------------------------------------------------------------
