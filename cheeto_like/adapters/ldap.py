@@ -232,19 +232,10 @@ class DirectoryError(ExternalError):
         self.dn = dn
 
 
-_RESULT_CODES: tuple[tuple[type[Exception], ErrorCode], ...] = (
-    (bonsai.NoSuchObjectError, "not_found"),
-    (bonsai.AlreadyExists, "exists"),
-    (bonsai.ObjectClassViolation, "schema"),
-    (bonsai.InsufficientAccess, "refused"),
-    (bonsai.UnwillingToPerform, "refused"),
-    (bonsai.NotAllowedOnNonleaf, "refused"),
-)
-
-
-# the same result codes by number, for replies read by ``ldap_wire``
-_WIRE_CODES: dict[int, ErrorCode] = {32: "not_found", 68: "exists", 65: "schema",
-                                     50: "refused", 53: "refused", 66: "refused"}
+# LDAP result codes (RFC 4511) the callers tell apart; bonsai's errors carry theirs as
+# ``code``, and ``ldap_wire`` reads them off the reply
+_RESULT_CODES: dict[int, ErrorCode] = {32: "not_found", 68: "exists", 65: "schema",
+                                       50: "refused", 53: "refused", 66: "refused"}
 
 
 def _reason(exc: BaseException) -> str:
@@ -253,11 +244,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def _translate(exc: Exception, what: str, dn: str | None) -> DirectoryError:
-    code: ErrorCode = "other"
-    for kind, name in _RESULT_CODES:
-        if isinstance(exc, kind):
-            code = name
-            break
+    code = _RESULT_CODES.get(getattr(exc, "code", -1), "other")
     where = f" {dn}" if dn else ""
     return DirectoryError(f"LDAP {what}{where} failed: {_reason(exc)}", code=code, dn=dn)
 
@@ -603,7 +590,7 @@ class Directory:
                                  code="unreachable", transient=True, dn=dn) from None
         if result.code:
             raise DirectoryError(f"LDAP add {dn} failed: {result.text}",
-                                 code=_WIRE_CODES.get(result.code, "other"), dn=dn)
+                                 code=_RESULT_CODES.get(result.code, "other"), dn=dn)
         self.writes["add"] += 1
 
     async def modify(self, dn: str, mods: Sequence[Mod]) -> None:

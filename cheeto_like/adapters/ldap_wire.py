@@ -61,7 +61,6 @@ class BindRefused(Exception):
 @dataclass(frozen=True)
 class Result:
     code: int
-    matched: str
     message: str
 
     @property
@@ -81,12 +80,12 @@ def _tlv(tag: int, body: bytes) -> bytes:
     return bytes((tag, 0x80 | len(size))) + size + body
 
 
-def _integer(tag: int, value: int) -> bytes:
-    return _tlv(tag, value.to_bytes(value.bit_length() // 8 + 1, "big", signed=True))
+def _integer(value: int) -> bytes:
+    return _tlv(_INTEGER, value.to_bytes(value.bit_length() // 8 + 1, "big", signed=True))
 
 
 def _message(msg_id: int, op: bytes) -> bytes:
-    return _tlv(_SEQUENCE, _integer(_INTEGER, msg_id) + op)
+    return _tlv(_SEQUENCE, _integer(msg_id) + op)
 
 
 def add_request(dn: str, attrs: Mapping[str, Iterable[str]]) -> bytes:
@@ -101,7 +100,7 @@ def add_request(dn: str, attrs: Mapping[str, Iterable[str]]) -> bytes:
 
 
 def _bind_request(dn: str, password: str) -> bytes:
-    return _tlv(_BIND_REQUEST, _integer(_INTEGER, 3) + _tlv(_OCTETS, dn.encode())
+    return _tlv(_BIND_REQUEST, _integer(3) + _tlv(_OCTETS, dn.encode())
                 + _tlv(0x80, password.encode()))
 
 
@@ -124,9 +123,9 @@ def _header(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int, in
     return tag, length, pos + 2 + count
 
 
-def _element(buf: bytes, pos: int, tag: int | None = None) -> tuple[bytes, int]:
+def _element(buf: bytes, pos: int, tag: int) -> tuple[bytes, int]:
     got = _header(buf, pos)
-    if got is None or got[2] + got[1] > len(buf) or (tag is not None and got[0] != tag):
+    if got is None or got[2] + got[1] > len(buf) or got[0] != tag:
         raise WireError("malformed LDAP reply")
     return buf[got[2]:got[2] + got[1]], got[2] + got[1]
 
@@ -142,10 +141,9 @@ def parse_message(body: bytes) -> tuple[int, int, Result]:
     op_tag, op_len, start = got
     op = body[start:start + op_len]
     code, at = _element(op, 0, _ENUMERATED)
-    matched, at = _element(op, at, _OCTETS)
+    _, at = _element(op, at, _OCTETS)  # matchedDN
     message, _ = _element(op, at, _OCTETS)
-    return msg_id, op_tag, Result(int.from_bytes(code, "big"), _printable(matched),
-                                  _printable(message))
+    return msg_id, op_tag, Result(int.from_bytes(code, "big"), _printable(message))
 
 
 def _printable(raw: bytes) -> str:

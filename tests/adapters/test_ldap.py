@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -199,27 +200,31 @@ def _all_threads_stopped(pid: int) -> bool:
     return states <= {"T", "t"}
 
 
-async def _stopped(pid: int) -> None:
-    """Wait until every thread of ``pid`` is stopped (SIGSTOP is not synchronous)."""
-    for _ in range(200):
-        if _all_threads_stopped(pid):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"slapd {pid} did not stop")
+@asynccontextmanager
+async def hung(server: Slapd) -> AsyncIterator[None]:
+    """slapd stopped (SIGSTOP: connections stay open, nothing answers) for the block,
+    once every thread of it has stopped (SIGSTOP is not synchronous)."""
+    pid = server._proc.pid  # type: ignore[union-attr]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for _ in range(200):
+            if _all_threads_stopped(pid):
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError(f"slapd {pid} did not stop")
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 async def test_a_request_to_a_hung_server_times_out(tmp_path):
     with Slapd(tmp_path, organizational_units=()) as server:
         async with Directory(config_for(server, request_timeout_seconds=0.5,
                                         connect_timeout_seconds=0.5)) as d:
-            pid = server._proc.pid  # type: ignore[union-attr]
-            os.kill(pid, signal.SIGSTOP)
-            await _stopped(pid)
-            try:
+            async with hung(server):
                 with pytest.raises(DirectoryError) as caught:
                     await d.search(server.suffix, "base")
-            finally:
-                os.kill(pid, signal.SIGCONT)
             assert caught.value.code in ("timeout", "unreachable")
             assert caught.value.transient
             # the pool dropped the stuck connection; the next request works
@@ -252,15 +257,10 @@ async def test_pipelined_requests_to_a_hung_server_fail_and_the_pool_recovers(tm
         async with Directory(config_for(server, request_timeout_seconds=0.5,
                                         connect_timeout_seconds=0.5),
                              max_connections=1, window=4) as d:
-            pid = server._proc.pid  # type: ignore[union-attr]
-            os.kill(pid, signal.SIGSTOP)
-            await _stopped(pid)
-            try:
+            async with hung(server):
                 outcomes = await asyncio.gather(
                     *(d.search(server.suffix, "base") for _ in range(4)),
                     return_exceptions=True)
-            finally:
-                os.kill(pid, signal.SIGCONT)
             assert all(isinstance(o, DirectoryError) and o.transient for o in outcomes)
             assert await d.exists(server.suffix)
             assert d.connections == 1

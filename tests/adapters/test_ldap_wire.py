@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
-import signal
 from collections.abc import AsyncIterator
 
 import pytest
@@ -24,7 +22,7 @@ from cheeto_like.adapters.ldap_wire import (
     add_request,
     parse_message,
 )
-from tests.adapters.test_ldap import _stopped, config_for
+from tests.adapters.test_ldap import config_for, hung
 from tests.services.ldap import Slapd
 
 _n = itertools.count(1)
@@ -149,15 +147,10 @@ async def test_adds_to_a_hung_server_time_out_and_the_pipe_recovers(tmp_path):
         config = config_for(server, request_timeout_seconds=0.5, connect_timeout_seconds=0.5)
         async with Directory(config, max_connections=2, window=4) as d:
             await d.add(f"cn=before,{server.suffix}", group("before"))
-            pid = server._proc.pid  # type: ignore[union-attr]
-            os.kill(pid, signal.SIGSTOP)
-            await _stopped(pid)
-            try:
+            async with hung(server):
                 outcomes = await asyncio.gather(
                     *(d.add(f"cn=hung{i},{server.suffix}", group(f"hung{i}")) for i in range(4)),
                     return_exceptions=True)
-            finally:
-                os.kill(pid, signal.SIGCONT)
             assert all(isinstance(o, DirectoryError) and o.code == "timeout" and o.transient
                        for o in outcomes), outcomes
             await d.add(f"cn=after,{server.suffix}", group("after"))
