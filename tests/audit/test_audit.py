@@ -20,7 +20,7 @@ from cheeto_like.sync.audit import run_audit
 from cheeto_like.sync.slurm.actual import SAcctMgrReader
 from tests.factories import AUTHOR, make_group, make_user
 from tests.services.fixtures_people import mail_config
-from tests.sync.test_ldap_sync import Lab
+from tests.sync.ldap_lab import Lab
 
 
 @pytest.fixture

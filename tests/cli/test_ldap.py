@@ -16,7 +16,7 @@ from cheeto_like.config import SKELETON, LDAPConfig
 from cheeto_like.models import SyncRun
 from tests.factories import ED25519_KEY, make_group, make_site, make_user
 from tests.services.ldap import Slapd
-from tests.sync.test_ldap_sync import Lab
+from tests.sync.ldap_lab import Lab
 
 
 def write_config(base: Path, target: Path, ldap: dict[str, Any]) -> Path:

@@ -25,7 +25,7 @@ from tests.factories import AUTHOR
 from tests.metrics.recorded import recording, sample
 from tests.services.ldap import Slapd
 from tests.services.slurm import SlurmAccounting
-from tests.sync.test_ldap_sync import Lab as LdapLab
+from tests.sync.ldap_lab import Lab as LdapLab
 from tests.sync.test_slurm_sync import Lab
 
 

@@ -14,7 +14,7 @@ from cheeto_like.operations.iam import ReapOffboardedUsers
 from cheeto_like.operations.user import AddUserAccess, SetUserStatus
 from tests.factories import AUTHOR, ED25519_KEY, make_user, reload_user
 from tests.services.ldap import Slapd
-from tests.sync.test_ldap_sync import Lab
+from tests.sync.ldap_lab import Lab
 
 ACCESS = ["login-ssh", "compute-ssh", "slurm", "sudo", "root-ssh"]
 GROUPS = {"login-ssh": "login-ssh-users", "compute-ssh": "compute-ssh-users",

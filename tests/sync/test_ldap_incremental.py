@@ -29,7 +29,7 @@ from cheeto_like.sync.ldap.mark import ms, read_mark
 from tests.factories import AUTHOR, make_group, make_user
 from tests.queries.test_query_count import listening
 from tests.services.ldap import Slapd
-from tests.sync.test_ldap_sync import Lab, populate
+from tests.sync.ldap_lab import Lab, populate
 
 DATA = {"users", "groups", "storages", "user_site_info", "group_membership", "ssh_keys",
         "ldap_marks", "ldap_mark_versions", "names", "history"}
@@ -273,7 +273,7 @@ async def test_a_new_group_with_a_storage_only_is_added(lab: Lab):
     await make_group(lab.store, old)
     await lab.sync()
     assert lab.entry(lab.group_dn(old)) is None
-    from tests.sync.test_ldap_sync import add_mount
+    from tests.sync.ldap_lab import add_mount
 
     await add_mount(lab, old, "group", n["alice"], old, "auto.group", "/group", options=())
     await expect(lab, [("add", f"group {old}"), ("add", f"automount auto.group/{old}")],

@@ -16,7 +16,7 @@ from cheeto_like.operations.iam import reap_offboarded_users
 from cheeto_like.operations.user import AddUserSshKey
 from tests.factories import AUTHOR, ED25519_KEY, make_group, make_user, reload_user
 from tests.services.ldap import Slapd
-from tests.sync.test_ldap_sync import Lab
+from tests.sync.ldap_lab import Lab
 
 
 async def test_reap_policy_reaches_ldap_under_the_cap(db, slapd: Slapd):

@@ -14,7 +14,7 @@ from cheeto_like.operations.user import AddUserSshKey, RemoveUserSshKey
 from cheeto_like.sync.lease import lease
 from tests.factories import AUTHOR, make_group, make_user
 from tests.services.ldap import Slapd
-from tests.sync.test_ldap_sync import EVERYTHING, Lab, ed25519_key
+from tests.sync.ldap_lab import EVERYTHING, Lab, ed25519_key
 
 
 @pytest.fixture
