@@ -24,16 +24,6 @@ ROOT = Path(cheeto_like.__file__).parent
 PACKAGE = "cheeto_like"
 
 
-# Loops left on purpose, each with why; the test fails when one of them is gone too (so
-# this list only shrinks). The daemon's: ``make_app`` registers every task, the audit's
-# body (a registered task) sends the per-site Slurm reads through an app of its own made
-# by ``make_app``. Breaking it changes which app sends (and its signal hooks): not a
-# layout move (issue 32).
-KNOWN_LOOPS = {
-    ("cheeto_like.daemon.app", "cheeto_like.daemon.jobs_audit", "cheeto_like.daemon.tasks"),
-}
-
-
 def module_name(path: Path) -> str:
     parts = [PACKAGE, *path.relative_to(ROOT).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -192,8 +182,6 @@ def test_no_import_loops() -> None:
     graph = import_graph()
     assert len(graph) > 100 and "cheeto_like.sync.slurm.run" in graph
     found = components(graph)
-    loops = [" -> ".join(a_cycle(graph, c)) for c in found if tuple(c) not in KNOWN_LOOPS]
+    loops = [" -> ".join(a_cycle(graph, c)) for c in found]
     assert not loops, "import loops (move what both need into a module both import):\n" + \
         "\n".join(loops)
-    gone = KNOWN_LOOPS - {tuple(c) for c in found}
-    assert not gone, f"no longer loops, take them out of KNOWN_LOOPS: {sorted(gone)}"

@@ -162,7 +162,7 @@ class ScheduleState:
     def __init__(self, config: Config, schedule: str) -> None:
         from pymongo import MongoClient, WriteConcern
 
-        from .app import result_backend
+        from .settings import result_backend
 
         url, settings = result_backend(config.mongo)
         self.client: MongoClient[dict[str, Any]] = MongoClient(

@@ -139,7 +139,7 @@ def check_flower_bind(address: str, basic_auth: str | None, *, insecure: bool) -
 
 def flower_overrides(config: Config) -> dict[str, Any]:
     """Celery settings for the Flower process (the broker URL as Flower needs it)."""
-    from .app import broker_ssl
+    from .settings import broker_ssl
 
     assert config.daemon is not None
     url, force_tls = flower_broker_url(config.daemon.broker_url)

@@ -52,10 +52,10 @@ class SiteQueueSlurm:
         self._app: Any = None
 
     async def begin(self, sites: list[str], now: datetime) -> None:
-        from .app import make_app
         from .config import site_queue
+        from .settings import bare_app
 
-        self._app = make_app(self.config)
+        self._app = bare_app(self.config)
         self._deadline = time.monotonic() + self.timeout
         for site in sites:
             try:

@@ -15,14 +15,7 @@ import pytest
 from celery.schedules import crontab
 
 from cheeto_like.config import Config, load_config
-from cheeto_like.daemon.app import (
-    broker_ssl,
-    celery_settings,
-    make_app,
-    result_backend,
-    route_task,
-    soft_time_limit,
-)
+from cheeto_like.daemon.app import make_app
 from cheeto_like.daemon.beat import CheetoScheduler
 from cheeto_like.daemon.config import (
     TASKS,
@@ -32,6 +25,13 @@ from cheeto_like.daemon.config import (
     task_sites,
 )
 from cheeto_like.daemon.schedule import build_beat_schedule, parse_schedule
+from cheeto_like.daemon.settings import (
+    broker_ssl,
+    celery_settings,
+    result_backend,
+    route_task,
+    soft_time_limit,
+)
 from cheeto_like.daemon.status import from_taskmeta
 from cheeto_like.errors import ConfigError, InvalidInput
 from cheeto_like.store import server_selection_seconds
