@@ -152,7 +152,12 @@ def _quota_agent(args: argparse.Namespace) -> Any:
              *(["--log-format", args.log_format] if getattr(args, "log_format", None)
                else [])]
     log.info("worker: starting the quota agent of %s", args.site)
-    return AgentChild(cheeto_argv("daemon", "quota-agent", "-s", args.site, *extra)).start()
+    from .. import metrics
+
+    # the agent's own figures (the Slurm syncs it starts, its store commands) are served
+    # on this worker's metrics port: it records into this worker's directory
+    return AgentChild(cheeto_argv("daemon", "quota-agent", "-s", args.site, *extra),
+                      env=metrics.child_env()).start()
 
 
 @daemon_worker.args()

@@ -24,9 +24,13 @@ log = logging.getLogger(__name__)
          help="keep a site's quota table on its head node: charge finished jobs, "
               "release reservations (the site worker starts it)")
 async def daemon_quota_agent(args: argparse.Namespace) -> int:
+    from .. import metrics
     from ..store import connect
 
     ctx = args.ctx
+    # started by a site worker serving metrics: record into its directory (before the
+    # store connects, so its commands are timed too)
+    metrics.join("site_worker")
     # as the daemon's tasks connect: never start an embedded store of its own, and wait
     # out a replica set's election (30 s) rather than fail every pass during one
     ctx.store = await connect(ctx.config.mongo, autostart=False, long_running=True)

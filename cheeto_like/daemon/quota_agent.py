@@ -299,10 +299,11 @@ class AgentChild:
 
     RESTART_SECONDS = 5.0
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
         import threading
 
         self.argv = argv
+        self.env = env or {}  # added to this process's (the metrics directory to join)
         self.stopping = threading.Event()
         self.proc: Any = None
         self.thread = threading.Thread(target=self._keep, name="quota-agent", daemon=True)
@@ -315,7 +316,8 @@ class AgentChild:
         import subprocess
 
         while not self.stopping.is_set():
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
+                                         env={**os.environ, **self.env})
             code = self.proc.wait()
             if self.stopping.is_set():
                 return

@@ -44,6 +44,26 @@ def start_for(config: Any, role: str, port: int | None, *, name: str = "",
     return server
 
 
+def join(role: str) -> bool:
+    """``process.join``: record into the directory of the server that started this
+    process (the site worker's, for its quota agent), with this facade's switch on when
+    it could."""
+    global _active
+    from .process import join as _join
+
+    if _join(role):
+        _active = True
+    return _active
+
+
+def child_env() -> dict[str, str]:
+    """The environment a child needs to ``join`` this process's metrics (empty when this
+    process serves none). Reads the module state only: no prometheus_client import."""
+    from .process import child_env as _child_env
+
+    return _child_env()
+
+
 def add_collector(role: str, collector: Any) -> None:
     """Expose a scrape-time collector on the servers of ``role`` (``"all"``: every one);
     see ``process.add_collector``. Cheap to call in any process: nothing is imported
@@ -78,4 +98,5 @@ def set_gauge(name: str, value: float, **labels: str) -> None:
         family(name, labels).set(value)
 
 
-__all__ = ["SPECS", "activate", "active", "add_collector", "inc", "observe", "set_gauge"]
+__all__ = ["SPECS", "activate", "active", "add_collector", "child_env", "inc", "join",
+           "observe", "set_gauge"]

@@ -125,6 +125,45 @@ def activate(role_name: str, where: Path | None = None) -> None:
         _connect_celery_child_exit()
 
 
+JOIN_ENV = "CHEETO_METRICS_JOIN"
+
+
+def child_env() -> dict[str, str]:
+    """What a child process this server starts needs to record into its directory
+    (``join``): empty when this process serves no multiprocess directory."""
+    where = directory()
+    return {JOIN_ENV: str(where)} if where is not None else {}
+
+
+def join(role_name: str) -> bool:
+    """Record into the multiprocess directory of the server that started this process
+    (``$CHEETO_METRICS_JOIN``, which ``child_env`` gives), neither emptying it nor
+    serving: that server's ``/metrics`` adds this process's files as it adds its prefork
+    children's. Why: the site worker's quota agent is a child process of its own (not a
+    Celery child), and the Slurm syncs it starts must count on the site worker's port
+    like the ones the worker runs. False (and nothing turned on) without the variable,
+    or when the directory is missing, a symlink or another user's."""
+    raw = os.environ.get(JOIN_ENV)
+    if not raw:
+        return False
+    where = Path(raw)
+    try:
+        info = os.lstat(where)
+    except OSError:
+        log.warning("metrics: %s is gone; this process records nothing", where)
+        return False
+    if not where.is_dir() or os.path.islink(where) or info.st_uid != os.getuid():
+        log.warning("metrics: %s is a symlink, not a directory or another user's; this "
+                    "process records nothing", where)
+        return False
+    from prometheus_client import values
+
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(where)
+    values.ValueClass = values.MultiProcessValue()
+    _state.update(role=role_name, directory=where)
+    return True
+
+
 def _connect_celery_child_exit() -> None:
     """Mark a prefork child dead as it exits (its live gauges vanish, counts stay)."""
     try:

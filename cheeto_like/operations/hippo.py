@@ -53,6 +53,7 @@ from ..queries.storage import find_home_storage
 from ..queries.user import find_site_info, find_user_by_name, get_user, list_user_ssh_keys
 from ..store import Store
 from ..sync.lease import lease
+from ..sync.run_metrics import record_end
 from ..validation import describe_validation_error
 from .group import CreateGroupFromSponsor
 from .group_membership import AddGroupMember, AddGroupSponsor, RemoveGroupMember
@@ -697,6 +698,7 @@ async def process_events(store: Store, author: str | None, config: HippoConfig, 
             run.counts = {"fetched": report.fetched, **report.tally()}
             run.extra["events"] = [{"id": o.hippo_id, "action": o.action, "result": o.result,
                                     "error": o.error} for o in report.outcomes]
+        record_end(run)  # runs and duration by outcome, as the other targets' runs
         async with store.exclusive():
             await run.save()
 

@@ -51,6 +51,7 @@ from ..models.iam import UCDIAMAssociation, UCDIAMInfo, UCDIAMPerson
 from ..queries.iam import as_utc, find_reapable_users, iam_sync_candidates
 from ..queries.user import get_user
 from ..store import Store
+from ..sync.run_metrics import record_end
 from .base import OpArgs, Operation
 from .common import (
     clear_site_statuses,
@@ -437,6 +438,7 @@ async def sync_all_users_iam(store: Store, author: str | None, client: IAMClient
         run.duration_s = round(time.monotonic() - started, 3)
         run.counts = {k: v for k, v in report.tally.items() if v}
         run.extra["errors"] = dict(sorted(report.errors.items())[:50])
+        record_end(run)  # runs and duration by outcome, as the other targets' runs
         async with store.exclusive():
             await run.save()
 

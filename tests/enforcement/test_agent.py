@@ -151,6 +151,52 @@ async def test_enforcement_show_and_install_and_the_agent_command(farm, cli, con
     assert r.code == 2
 
 
+async def test_an_agent_a_site_worker_started_records_into_the_workers_metrics(
+        farm, config_path, tmp_path, monkeypatch):
+    """The site worker gives its agent child its metrics directory (``child_env``); the
+    agent records there without emptying it or serving, so the worker's port adds the
+    agent's figures (its store commands here; the Slurm syncs it starts the same way)."""
+    import asyncio
+    import subprocess
+
+    from prometheus_client import CollectorRegistry, multiprocess
+
+    from cheeto_like import metrics
+    from cheeto_like.daemon.stack import cheeto_argv
+    from cheeto_like.metrics import process
+
+    config = load_config(config_path)
+    conf = tmp_path / "etc" / "slurm.conf"
+    install(config.slurm.enforcement, layout(config.slurm.enforcement, "farm", conf))
+    worker_dir = tmp_path / "worker-metrics"
+    worker_dir.mkdir(mode=0o700)
+    (worker_dir / "counter_1.db").write_bytes(b"")  # the worker's own: never emptied
+    assert metrics.child_env() == {}  # a process serving no directory gives none
+    monkeypatch.setitem(process._state, "directory", worker_dir)
+    env = {**os.environ, **metrics.child_env()}
+    argv = cheeto_argv("daemon", "quota-agent", "-s", "farm", "--once", "--slurm-conf",
+                       str(conf), "--config", str(config_path))
+    done = await asyncio.to_thread(subprocess.run, argv, env=env, capture_output=True,
+                                   text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (worker_dir / "counter_1.db").exists()
+    (worker_dir / "counter_1.db").unlink()
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=str(worker_dir))
+    timed = sum(sample.value for family in registry.collect() for sample in family.samples
+                if sample.name == "cheeto_store_command_duration_seconds_count")
+    assert timed > 0
+    # a directory that is a symlink is refused: the agent runs, and records nothing
+    link = tmp_path / "link-metrics"
+    link.symlink_to(worker_dir)
+    before = sorted(p.name for p in worker_dir.iterdir())
+    done = await asyncio.to_thread(subprocess.run, argv, env={**env, "CHEETO_METRICS_JOIN":
+                                                               str(link)},
+                                   capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in worker_dir.iterdir()) == before
+
+
 def test_the_site_worker_keeps_its_agent_child_running_and_stops_it(tmp_path):
     import subprocess
     import sys

@@ -198,3 +198,32 @@ async def test_a_puppet_run_records_written_and_deleted_files(db, tmp_path):
     await sync_puppet(db, "pupsite", clone, push=True, author=AUTHOR)
     assert sample("cheeto_sync_drift_items", target="puppet", site="pupsite") == 0
     assert sample("cheeto_sync_deletions_total", target="puppet", site="pupsite") == 1
+
+
+async def test_hippo_and_iam_runs_record_by_target(db, hippo, fake_hippo_server, iam,
+                                                   fake_iam_server):
+    """The people reconcilers count their runs like the others: an ok run and one whose
+    key the service refused (failed), with its duration."""
+    from cheeto_like.adapters.http import HttpAuthError
+    from cheeto_like.adapters.iam import IAMClient
+    from cheeto_like.operations.hippo import LEASE_SITE, process_events
+    from cheeto_like.operations.iam import sync_all_users_iam
+    from tests.factories import make_user
+    from tests.iam.test_sync import SETTINGS, T0
+    from tests.services.fixtures_people import hippo_config, iam_config
+
+    await process_events(db, AUTHOR, hippo_config(fake_hippo_server))
+    with pytest.raises(HttpAuthError):
+        await process_events(db, AUTHOR, hippo_config(fake_hippo_server, api_key="wrong"))
+    assert runs(LEASE_SITE, "apply", "ok", target="hippo") == 1
+    assert runs(LEASE_SITE, "apply", "failed", target="hippo") == 1
+    assert sample("cheeto_sync_duration_seconds_count", target="hippo", site=LEASE_SITE,
+                  mode="apply") == 2
+    await make_user(db, "iamalice")  # IAM is asked about each user: one to ask about
+    async with IAMClient(iam_config(fake_iam_server)) as client:
+        await sync_all_users_iam(db, AUTHOR, client, settings=SETTINGS, now=T0)
+    async with IAMClient(iam_config(fake_iam_server, api_key="nope")) as bad:
+        with pytest.raises(HttpAuthError):
+            await sync_all_users_iam(db, AUTHOR, bad, settings=SETTINGS, now=T0)
+    assert runs("all", "apply", "ok", target="iam") == 1
+    assert runs("all", "apply", "failed", target="iam") == 1
