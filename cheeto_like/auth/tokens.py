@@ -69,6 +69,11 @@ class BadToken(Exception):
     without echoing the token)."""
 
 
+class ExpiredToken(BadToken):
+    """A token of ours past its ``exp``: the normal end of a session, told apart so a
+    browser coming back to a stale cookie is not counted as a rejected credential."""
+
+
 def default_key_file() -> Path:
     """``$STATE_DIRECTORY/jwt.key`` under a service manager that gives the process a state
     directory (systemd's ``StateDirectory=``, the container image), else the XDG state
@@ -241,7 +246,7 @@ class TokenIssuer:
                               options={"require": ["iss", "aud", "sub", "ver", "iat", "exp",
                                                  "jti"]})
         except jwt.ExpiredSignatureError:
-            raise BadToken("the token has expired") from None
+            raise ExpiredToken("the token has expired") from None
         except jwt.MissingRequiredClaimError as exc:
             if exc.claim == "ver":  # signed by us before tokens named user ids
                 raise BadToken("the token is from an older release: sign in again") from None

@@ -82,7 +82,8 @@ SPECS: dict[str, Spec] = {
         "histogram", "API and dashboard request latency by route template",
         ("method", "route"), API_BUCKETS),
     "cheeto_auth_signin_failures_total": Spec(
-        "counter", "Failed sign-ins and rejected credentials (password, api_key, token)",
+        "counter", "Failed sign-ins and rejected credentials (password, api_key, token, "
+        "session: a dashboard cookie refused for anything but its expiry)",
         ("method",)),
     "cheeto_auth_limiter_refusals_total": Spec(
         "counter", "Sign-ins the rate limiter refused, by which limit held (pair, user, address)",

@@ -27,8 +27,9 @@ from urllib.parse import parse_qsl
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ... import metrics
 from ...auth.principal import Principal
-from ...auth.tokens import BadToken
+from ...auth.tokens import BadToken, ExpiredToken
 from ..deps import Auth, get_auth, person_from_token
 
 SESSION_COOKIE = "cheeto_session"
@@ -83,7 +84,10 @@ async def optional_session(request: Request) -> Session | None:
     auth: Auth = get_auth(request)
     try:
         who = await person_from_token(auth, token)
-    except BadToken:
+    except ExpiredToken:  # a session that ran out: the sign-in page, nothing suspicious
+        return None
+    except BadToken:  # forged, revoked, another key's, no longer active: as a bearer's
+        metrics.inc("cheeto_auth_signin_failures_total", method="session")
         return None
     return Session(who=who, token=token)
 

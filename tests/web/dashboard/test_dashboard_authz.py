@@ -156,3 +156,26 @@ async def test_user_data_is_escaped(app, dash_world) -> None:  # type: ignore[no
         assert "<script>" not in r.text and "&lt;script&gt;alert(1)&lt;/script&gt;" in r.text
     finally:
         await user.set({"fullname": old})
+
+
+async def test_a_refused_session_cookie_counts_as_a_failure_an_expired_one_does_not(
+        app, dash_world) -> None:  # type: ignore[no-untyped-def]
+    """A forged or revoked cookie is a rejected credential (``method="session"``), once
+    per request; a session that ran out is the normal way back to the sign-in page."""
+    from tests.metrics.recorded import recording, sample
+
+    def failures() -> float:
+        return sample("cheeto_auth_signin_failures_total", method="session")
+
+    with recording("api"):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://dash") as http:
+            before = failures()
+            for actor, counted in (("expired", 0), ("revoked", 1), ("user", 0)):
+                token = await session_cookie(app, dash_world, actor)
+                r = await http.get("/me", headers={"Cookie": f"cheeto_session={token}"})
+                assert r.status_code == (200 if actor == "user" else 303)
+                assert failures() == before + counted, actor
+                before = failures()
+            r = await http.get("/me", headers={"Cookie": "cheeto_session=a.b.c"})
+            assert r.status_code == 303 and failures() == before + 1
