@@ -364,6 +364,24 @@ async def commit_with_retry(session: AsyncClientSession, deadline: float) -> Non
             await asyncio.sleep(pause)
 
 
+def credential_options(config: MongoConfig) -> dict[str, Any]:
+    """A real MongoDB's credentials and TLS as pymongo options: one function, so the
+    Celery result backend (``daemon.settings.result_backend``) reaches the store exactly
+    as the store's own client does."""
+    options: dict[str, Any] = {}
+    if config.user:
+        options["username"] = config.user
+    if config.password is not None:
+        options["password"] = config.password.get_secret_value()
+    if config.auth_source:
+        options["authSource"] = config.auth_source
+    if config.tls:
+        options["tls"] = True
+    if config.tls_ca_file:
+        options["tlsCAFile"] = str(config.tls_ca_file)
+    return options
+
+
 def client_for(config: MongoConfig, uri: str, listeners: list[Any] | None = None,
                extra: dict[str, Any] | None = None, *,
                long_running: bool = False) -> AsyncMongoClient[dict[str, Any]]:
@@ -384,16 +402,7 @@ def client_for(config: MongoConfig, uri: str, listeners: list[Any] | None = None
     if listeners:
         kwargs["event_listeners"] = listeners
     if not config.is_embedded:
-        if config.user:
-            kwargs["username"] = config.user
-        if config.password is not None:
-            kwargs["password"] = config.password.get_secret_value()
-        if config.auth_source:
-            kwargs["authSource"] = config.auth_source
-        if config.tls:
-            kwargs["tls"] = True
-        if config.tls_ca_file:
-            kwargs["tlsCAFile"] = str(config.tls_ca_file)
+        kwargs.update(credential_options(config))
     kwargs.update(extra or {})
     return AsyncMongoClient(uri, **kwargs)
 

@@ -70,18 +70,11 @@ def result_backend(mongo: MongoConfig) -> tuple[str, dict[str, Any]]:
         settings_extra["mongo_host"] = server.uri
         options.update(server.client_options())
     else:
+        from ..store import credential_options
+
         assert mongo.uri is not None
         url = mongo.uri
-        if mongo.user:
-            options["username"] = mongo.user
-        if mongo.password is not None:
-            options["password"] = mongo.password.get_secret_value()
-        if mongo.auth_source:
-            options["authSource"] = mongo.auth_source
-        if mongo.tls:
-            options["tls"] = True
-        if mongo.tls_ca_file:
-            options["tlsCAFile"] = str(mongo.tls_ca_file)
+        options.update(credential_options(mongo))
     settings = {"database": mongo.database, "taskmeta_collection": TASKMETA_COLLECTION,
                 "groupmeta_collection": GROUPMETA_COLLECTION, "options": options,
                 **settings_extra}

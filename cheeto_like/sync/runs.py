@@ -40,6 +40,7 @@ deletion budget still counts them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
@@ -57,6 +58,29 @@ from .run_metrics import record_crashed
 
 BUDGET_WINDOW = timedelta(hours=24)
 ITEM_BATCH = 1000  # SyncRunItem writes per bulk_write: a few hundred KB, whatever the plan
+
+
+MAX_STORED_WOULD_DELETE = 1000  # a tripped guard's list, kept on the run (16 MiB a document)
+
+
+def note_raised(run: SyncRun, exc: BaseException, *, keep_would_delete: bool = True) -> None:
+    """What a run that raised stores, the same for every target: a tripped guard as
+    ``aborted`` with the deletions it refused (the first ``MAX_STORED_WOULD_DELETE``;
+    the whole list goes to the caller in the exception), anything else as ``failed``
+    with the error's own message when it has one."""
+    if isinstance(exc, GuardTripped):
+        run.status, run.error = "aborted", exc.message
+        if keep_would_delete:
+            run.extra["would_delete"] = exc.would_delete[:MAX_STORED_WOULD_DELETE]
+        return
+    run.status = "failed"
+    run.error = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+
+
+def stamp_end(run: SyncRun, started: float) -> None:
+    """The run's end time and wall time (``started``: ``time.monotonic()`` at its start)."""
+    run.finished_at = utcnow()
+    run.duration_s = round(time.monotonic() - started, 3)
 
 
 def removed_by(items: list[SyncItem]) -> int:

@@ -62,9 +62,9 @@ from ...store import Store
 from ..lease import Held, holder_name, maybe_lease
 from ..report import ItemOutcomes
 from ..run_metrics import logged_run, record_end
-from ..runs import RunJournal, check_budget, close_stale_runs
+from ..runs import RunJournal, check_budget, close_stale_runs, note_raised, stamp_end
 from .actual import actual_state, parse_entry, read_memberships
-from .apply import MAX_STORED_OK_ITEMS, apply_plan, check_guard
+from .apply import apply_plan, check_guard
 from .apply import stored_items as _stored_items
 from .desired import DesiredState, desired_state
 from .mark import (
@@ -413,17 +413,11 @@ async def _run(store: Store, config: LDAPConfig, site: str, *, scope: Scope,
             sync_run.error = (f"{len(report.failed)} LDAP write(s) failed, "
                               f"{len(report.skipped)} skipped")
         return report
-    except GuardTripped as exc:
-        sync_run.status, sync_run.error = "aborted", exc.message
-        sync_run.extra["would_delete"] = exc.would_delete[:MAX_STORED_OK_ITEMS]
-        raise
     except Exception as exc:
-        sync_run.status = "failed"
-        sync_run.error = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        note_raised(sync_run, exc)
         raise
     finally:
-        sync_run.finished_at = utcnow()
-        sync_run.duration_s = round(time.monotonic() - started, 3)
+        stamp_end(sync_run, started)
         if report is not None:
             sync_run.counts = {**report.plan.counts, "writes": report.plan.writes,
                                "deletions": len(report.plan.deletions),
@@ -539,16 +533,11 @@ async def clear_tree(store: Store, config: LDAPConfig, *, base: str, exclude: li
                         await forget_marks()
         sync_run.status = "ok" if not report.failed else "failed"
         return report
-    except GuardTripped as exc:
-        sync_run.status, sync_run.error = "aborted", exc.message
-        raise
     except Exception as exc:
-        sync_run.status = "failed"
-        sync_run.error = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        note_raised(sync_run, exc, keep_would_delete=False)
         raise
     finally:
-        sync_run.finished_at = utcnow()
-        sync_run.duration_s = round(time.monotonic() - started, 3)
+        stamp_end(sync_run, started)
         if report is not None:
             sync_run.counts = {"deletions": len(report.dns)}
             await RunJournal(store, sync_run).finish(_stored_items(report.items))

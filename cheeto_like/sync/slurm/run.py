@@ -42,7 +42,14 @@ from ...store import Store
 from ..lease import DEFAULT_TTL, Held, LeaseLost, holder_name, maybe_lease
 from ..report import ItemOutcomes
 from ..run_metrics import logged_run, record_end, record_quota_blocks
-from ..runs import RunJournal, check_budget, close_stale_runs, removed_by
+from ..runs import (
+    RunJournal,
+    check_budget,
+    close_stale_runs,
+    note_raised,
+    removed_by,
+    stamp_end,
+)
 from .actual import Policy, StateReader, actual_state, with_deletion_facts
 from .desired import desired_state
 from .plan import Plan, plan
@@ -234,17 +241,11 @@ async def _run(store: Store, site: str, cluster: str, *, reader: StateReader,
             run.error = (f"{len(report.failed)} command(s) failed, "
                          f"{len(report.skipped)} skipped")
         return report
-    except GuardTripped as exc:
-        run.status, run.error = "aborted", exc.message
-        run.extra["would_delete"] = exc.would_delete
-        raise
     except Exception as exc:
-        run.status = "failed"
-        run.error = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        note_raised(run, exc)
         raise
     finally:
-        run.finished_at = utcnow()
-        run.duration_s = round(time.monotonic() - started, 3)
+        stamp_end(run, started)
         if report is not None:
             # cancelled mid-apply, ``report.items`` is unset: the journal's list has the
             # outcomes so far (its steps are dropped below)
