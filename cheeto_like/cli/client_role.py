@@ -14,7 +14,15 @@ from urllib.parse import quote
 from . import args as a
 from .app import command, group_help
 from .client import client
-from .output import esc
+from .role_output import (
+    GRANT_ACCOUNT_HELP,
+    REVOKE_ACCOUNT_HELP,
+    granted,
+    list_options,
+    revoked,
+    role_options,
+    roles_table,
+)
 
 group_help("role", help="API roles through the API: grant, revoke, list (admins)")
 
@@ -39,17 +47,13 @@ async def role_grant(args: argparse.Namespace) -> int:
     body = {"user": args.user, "role": args.role, "accounts": args.account or []}
     async with client(args.ctx) as api:
         grant = await api.call("POST", "/roles", json=body)
-    where = f" of {', '.join(grant['accounts'])}" if grant["accounts"] else ""
-    args.ctx.out.success(f"{esc(grant['user'])} is {esc(grant['role'])}{esc(where)}")
+    granted(args.ctx.out, grant["user"], grant["role"], grant["accounts"])
     return 0
 
 
 @role_grant.args()
 def _(parser: a.Parser) -> None:
-    a.user(parser)
-    parser.add_argument("--role", required=True, choices=ROLES, help="the role")
-    parser.add_argument("--account", "-A", action="append", metavar="ACCOUNT",
-                        help="a Slurm account (group) a manager may read (repeat)")
+    role_options(parser, ROLES, account_help=GRANT_ACCOUNT_HELP)
 
 
 @command("role", "revoke",
@@ -61,19 +65,13 @@ async def role_revoke(args: argparse.Namespace) -> int:
         left = [r for r in await _roles(api, args.user)
                 if r["role"] == args.role and r.get("via") == "grant"] \
             if args.account else []
-    if left:
-        args.ctx.out.success(f"{esc(args.user)} manages {esc(', '.join(left[0]['accounts']))}")
-    else:
-        args.ctx.out.success(f"{esc(args.user)} is no longer {esc(args.role)}")
+    revoked(args.ctx.out, args.user, args.role, left[0]["accounts"] if left else None)
     return 0
 
 
 @role_revoke.args()
 def _(parser: a.Parser) -> None:
-    a.user(parser)
-    parser.add_argument("--role", required=True, choices=ROLES, help="the role")
-    parser.add_argument("--account", "-A", action="append", metavar="ACCOUNT",
-                        help="only these accounts of a manager (repeat)")
+    role_options(parser, ROLES, account_help=REVOKE_ACCOUNT_HELP)
 
 
 @command("role", "list",
@@ -81,13 +79,10 @@ def _(parser: a.Parser) -> None:
 async def role_list(args: argparse.Namespace) -> int:
     async with client(args.ctx) as api:
         rows = await _roles(api, args.user)
-    table = [{**r, "accounts": ", ".join(r["accounts"])} for r in rows]
-    args.ctx.out.table(table, title=f"roles ({len(rows)})", data=rows,
-                       columns=["user", "role", "accounts", "via"])
+    roles_table(args.ctx.out, rows)
     return 0
 
 
 @role_list.args()
 def _(parser: a.Parser) -> None:
-    a.user(parser, required=False, help="only this user")
-    a.output_format(parser)
+    list_options(parser)

@@ -11,7 +11,15 @@ import argparse
 from ...models.auth import GRANTED_ROLES
 from .. import args as a
 from ..app import command, group_help
-from ..output import esc
+from ..role_output import (
+    GRANT_ACCOUNT_HELP,
+    REVOKE_ACCOUNT_HELP,
+    granted,
+    list_options,
+    revoked,
+    role_options,
+    roles_table,
+)
 
 group_help("ng", "role", help="API roles: manager (of accounts), operator, admin")
 
@@ -22,17 +30,13 @@ async def role_grant(args: argparse.Namespace) -> int:
 
     grant = await GrantRole.run(args.ctx.require_store(), args.ctx.author, user=args.user,
                                 role=args.role, accounts=args.account or [])
-    where = f" of {', '.join(grant.accounts)}" if grant.accounts else ""
-    args.ctx.out.success(f"{esc(grant.user)} is {esc(grant.role)}{esc(where)}")
+    granted(args.ctx.out, grant.user, grant.role, grant.accounts)
     return 0
 
 
 @role_grant.args()
 def _(parser: a.Parser) -> None:
-    a.user(parser)
-    parser.add_argument("--role", required=True, choices=GRANTED_ROLES, help="the role")
-    parser.add_argument("--account", "-A", action="append", metavar="ACCOUNT",
-                        help="a Slurm account (group) a manager may read (repeat)")
+    role_options(parser, GRANTED_ROLES, account_help=GRANT_ACCOUNT_HELP)
 
 
 @command("ng", "role", "revoke",
@@ -42,19 +46,13 @@ async def role_revoke(args: argparse.Namespace) -> int:
 
     left = await RevokeRole.run(args.ctx.require_store(), args.ctx.author, user=args.user,
                                 role=args.role, accounts=args.account or [])
-    if left is None:
-        args.ctx.out.success(f"{esc(args.user)} is no longer {esc(args.role)}")
-    else:
-        args.ctx.out.success(f"{esc(args.user)} manages {esc(', '.join(left.accounts))}")
+    revoked(args.ctx.out, args.user, args.role, None if left is None else left.accounts)
     return 0
 
 
 @role_revoke.args()
 def _(parser: a.Parser) -> None:
-    a.user(parser)
-    parser.add_argument("--role", required=True, choices=GRANTED_ROLES, help="the role")
-    parser.add_argument("--account", "-A", action="append", metavar="ACCOUNT",
-                        help="only these accounts of a manager (repeat)")
+    role_options(parser, GRANTED_ROLES, account_help=REVOKE_ACCOUNT_HELP)
 
 
 @command("ng", "role", "list", help="list role grants and sponsors (managers implicitly)",
@@ -66,13 +64,10 @@ async def role_list(args: argparse.Namespace) -> int:
     if args.user is not None:
         await get_user(args.user)
     rows = await list_roles(args.user)
-    table = [{**r, "accounts": ", ".join(r["accounts"])} for r in rows]
-    args.ctx.out.table(table, title=f"roles ({len(rows)})", data=rows,
-                       columns=["user", "role", "accounts", "via"])
+    roles_table(args.ctx.out, rows)
     return 0
 
 
 @role_list.args()
 def _(parser: a.Parser) -> None:
-    a.user(parser, required=False, help="only this user")
-    a.output_format(parser)
+    list_options(parser)
