@@ -48,9 +48,9 @@ def soft_time_limit(hard: int) -> int:
 def result_backend(mongo: MongoConfig) -> tuple[str, dict[str, Any]]:
     """(``result_backend`` URL, ``mongodb_backend_settings``) for the application database.
 
-    The embedded store is reached at its socket (or host and port). A real MongoDB keeps its whole
-    URI (replica set, hosts, options) and gets the same credentials and TLS settings as
-    the store's own client (``store.client_for``).
+    The embedded store is reached at its socket (or host and port). A real MongoDB keeps
+    its whole URI (replica set, hosts, options) and gets the same credentials and TLS
+    settings as the store's own client (``store.credential_options``).
     """
     options: dict[str, Any] = {
         # a worker storing a result waits out an election (store.server_selection_seconds)

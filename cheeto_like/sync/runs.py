@@ -58,8 +58,6 @@ from .run_metrics import record_crashed
 
 BUDGET_WINDOW = timedelta(hours=24)
 ITEM_BATCH = 1000  # SyncRunItem writes per bulk_write: a few hundred KB, whatever the plan
-
-
 MAX_STORED_WOULD_DELETE = 1000  # a tripped guard's list, kept on the run (16 MiB a document)
 
 
