@@ -28,6 +28,7 @@ from urllib.parse import quote
 
 from .config import EmbeddedStoreConfig
 from .embedded_common import (
+    ALREADY_SERVED_EXIT,
     SOCKET_NAME,
     TOKEN_ENV,
     TOKEN_NAME,
@@ -241,6 +242,11 @@ class EmbeddedServer:
             if proc.poll() is not None:
                 if self.is_up():  # another client's start won the race
                     return self.pid() or proc.pid
+                if proc.returncode == ALREADY_SERVED_EXIT:
+                    # another client's server holds the lock but does not listen yet:
+                    # wait for it to (within the same deadline), as for our own
+                    time.sleep(0.05)
+                    continue
                 self.raise_if_unwritable()
                 raise ExternalError(f"embedded store exited with code {proc.returncode}; "
                                     f"last log lines: {self.log_tail()}")

@@ -16,6 +16,9 @@ TOKEN_NAME = "store.token"
 TOKEN_ENV = "CHEETO_STORE_TOKEN"
 TOKEN_USER = "cheeto"
 IDENTITY_COMMAND = "cheetoIdentity"
+# the server's exit status when another server holds the data directory's lock: a start
+# that lost a race to another client's start, which waits for the winner to listen
+ALREADY_SERVED_EXIT = 3
 
 
 def write_private(path: Path, text: str) -> None:

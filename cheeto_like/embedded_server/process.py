@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .. import store_files
 from ..embedded_common import (
+    ALREADY_SERVED_EXIT,
     SOCKET_NAME,
     TOKEN_ENV,
     TOKEN_NAME,
@@ -69,7 +70,7 @@ def hold_server_lock(data_dir: Path) -> int:
     except BlockingIOError:
         os.close(fd)
         print(f"error: another embedded store already serves {data_dir}", file=sys.stderr)
-        sys.exit(3)
+        sys.exit(ALREADY_SERVED_EXIT)
     return fd
 
 

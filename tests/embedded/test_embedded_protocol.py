@@ -346,6 +346,44 @@ def test_two_racing_starts_leave_a_server_that_stop_stops(tmp_path: Path) -> Non
             os.kill(pid, 15)
 
 
+def test_a_start_that_loses_the_lock_waits_for_the_winner_to_listen(tmp_path: Path) -> None:
+    """The race above, made certain: another start holds the data directory's lock and is
+    not listening yet. The losing start's server exits (ALREADY_SERVED_EXIT); the start
+    waits for the winner to listen and returns, instead of failing."""
+    import fcntl
+    import threading
+
+    config = EmbeddedStoreConfig(path=tmp_path / "s")
+    loser, winner = EmbeddedServer(config), EmbeddedServer(config)
+    loser.prepare_dir()
+    fd = os.open(loser.data_dir / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # the winner, booting
+    outcome: list[object] = []
+    thread = threading.Thread(target=lambda: outcome.append(_start(loser)))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while "already serves" not in loser.log_tail() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "already serves" in loser.log_tail()  # the losing server has exited
+        assert thread.is_alive()  # and its start still waits
+        os.close(fd)  # the "winner" lets go; the real one starts and listens
+        pid = winner.start_background()
+        thread.join(20)
+        assert outcome and not isinstance(outcome[0], Exception), outcome
+        assert winner.is_up() and winner.pid() == pid
+    finally:
+        thread.join(20)
+        winner.stop()
+
+
+def _start(server: EmbeddedServer) -> object:
+    try:
+        return server.start_background()
+    except Exception as exc:  # returned for the assertion, not raised in the thread
+        return exc
+
+
 def test_a_transaction_reading_a_long_cursor_is_not_taken_for_silent(tmp_path: Path) -> None:
     """getMore is served without the gate, but it is the owner at work: a transaction
     paging through a large result for longer than the lock timeout, while another client
