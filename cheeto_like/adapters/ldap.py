@@ -572,9 +572,9 @@ class Directory:
             raise DirectoryError("the LDAP client is closed")
         if self._pipe is None:
             servers = self.config.servers
-            self._pipe = AddPipe(self.config, room=self._room, window=self.window, servers=[
-                                     servers[(self._preferred + k) % len(servers)]
-                                     for k in range(len(servers))])
+            first = self._preferred % len(servers)
+            self._pipe = AddPipe(self.config, room=self._room, window=self.window,
+                                 servers=servers[first:] + servers[:first])
         try:
             async with self._slots:  # the pool's bound on requests in flight, shared
                 result = await self._pipe.add(dn, attrs)

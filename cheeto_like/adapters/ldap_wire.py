@@ -4,13 +4,14 @@ Why not bonsai for these: a full sync of a large site is ~34,000 adds, and bonsa
 costs ~250 µs of client CPU per entry (an ``LDAPEntry`` whose value lists call back into
 Python from C, a future per request, a timer per request); ``ldapadd`` of the same
 LDIF costs ~35 µs. On a two-core head node that CPU is taken from slapd. An add request
-is a few nested BER strings (RFC 4511 §4.7), so ``AddPipe`` encodes it in one pass, keeps
-``window`` requests in flight on each of its connections (within the pool's bound), and reads
-the replies in bulk (one read hands every reply that arrived to its waiter).
+is a few nested BER strings (RFC 4511 §4.7), so ``AddPipe`` encodes it in one pass,
+keeps ``window`` requests in flight on each of its connections (within the pool's
+bound), and reads the replies in bulk (one read hands every reply that arrived to its
+waiter).
 
 Only what adds need is here: connect (``ldap://`` with or without StartTLS,
-``ldaps://``: the URLs ``LDAPConfig`` accepts), a simple bind, AddRequest/AddResponse, the Notice of
-Disconnection, and unbind. Searches, modifies and deletes stay on bonsai
+``ldaps://``: the URLs ``LDAPConfig`` accepts), a simple bind, AddRequest/AddResponse,
+the Notice of Disconnection, and unbind. Searches, modifies and deletes stay on bonsai
 (``adapters/ldap.py``), which also does the first bind, so a wrong password or an
 unreachable server has already been reported in its words before an add is sent.
 """
@@ -281,10 +282,9 @@ class WireConnection(asyncio.Protocol):
 class AddPipe:
     """Adds over wire connections, ``window`` in flight on each; one more connection is
     made while all are full and ``room()`` (the owner's bound on every connection it
-    holds, bonsai's included) allows it. A connection
-    that fails is dropped; ``add`` retries a request that met a lost connection once on
-    a fresh one (as bonsai's path does), and raises ``WireError`` or ``BindRefused``
-    for the caller to translate."""
+    holds, bonsai's included) allows it. A connection that fails is dropped; ``add``
+    retries a request that met a lost connection once on a fresh one (as bonsai's path
+    does), and raises ``WireError`` or ``BindRefused`` for the caller to translate."""
 
     def __init__(self, config: LDAPConfig, *, room: Callable[[], bool], window: int,
                  servers: list[str]) -> None:
